@@ -1,0 +1,165 @@
+//! The burst API every memnic driver implements, shaped like DPDK's ethdev.
+//!
+//! * A [`Port`] has rx and tx queues; each queue is polled by exactly one lcore, so the burst
+//!   methods take `&mut self` and need no lock.
+//! * [`RxQueue::rx_burst`] appends up to `max` packets; [`TxQueue::tx_burst`] sends what fits from
+//!   the front of a burst and leaves the rest with the caller (retry or drop: the caller decides).
+//! * Counters are plain integers owned by the queue ([`QueueStats`]); the queue publishes a
+//!   snapshot into a [`StatsCell`] after each burst, and other threads read only the snapshot.
+#![forbid(unsafe_code)]
+
+mod devargs;
+mod stats;
+
+pub use devargs::{Devargs, DevargsError};
+pub use memnic_pktbuf::{Mbuf, Mempool, PoolCache};
+pub use stats::{QueueStats, StatsCell};
+
+use std::fmt;
+
+/// Largest burst any driver accepts in one call.
+pub const MAX_BURST: usize = 512;
+
+/// An Ethernet MAC address.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl MacAddr {
+    pub fn is_multicast(&self) -> bool {
+        self.0[0] & 1 != 0
+    }
+    pub fn is_locally_administered(&self) -> bool {
+        self.0[0] & 2 != 0
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02X}:{:02X}:{:02X}:{:02X}:{:02X}:{:02X}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+impl fmt::Debug for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::str::FromStr for MacAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let err = || {
+            format!("'{s}' is not a MAC address (expected six hex bytes like 02:00:00:00:00:01)")
+        };
+        if parts.len() != 6 {
+            return Err(err());
+        }
+        let mut m = [0u8; 6];
+        for (b, p) in m.iter_mut().zip(parts) {
+            if p.is_empty() || p.len() > 2 {
+                return Err(err());
+            }
+            *b = u8::from_str_radix(p, 16).map_err(|_| err())?;
+        }
+        Ok(MacAddr(m))
+    }
+}
+
+/// What a port is and can do.
+#[derive(Debug, Clone)]
+pub struct PortInfo {
+    /// Driver name (`net_memnic`, `net_memif`).
+    pub driver: &'static str,
+    /// Port name from the devargs (`memnic0`).
+    pub name: String,
+    pub mac: MacAddr,
+    /// Largest frame (L2, without FCS) the port passes.
+    pub max_frame_len: u32,
+    pub max_rx_queues: u16,
+    pub max_tx_queues: u16,
+}
+
+/// Link state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkStatus {
+    pub up: bool,
+    /// Nominal speed in Mbit/s (shared-memory links report 10000, as DPDK's virtual PMDs do).
+    pub speed_mbps: u32,
+}
+
+/// Errors raised by ports when queues are set up or taken.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    #[error("port {port}: queue {queue} does not exist (the port has {max} {dir} queue(s))")]
+    NoSuchQueue {
+        port: String,
+        dir: &'static str,
+        queue: u16,
+        max: u16,
+    },
+    #[error("port {port}: {dir} queue {queue} is already in use")]
+    QueueTaken {
+        port: String,
+        dir: &'static str,
+        queue: u16,
+    },
+    #[error("port {port}: {what}")]
+    Other { port: String, what: String },
+}
+
+/// The receive half of one queue.
+pub trait RxQueue: Send {
+    /// Appends up to `max` received packets to `pkts` (never more than [`MAX_BURST`]) and returns
+    /// how many were appended.
+    fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize;
+    /// The queue's counters as of the last burst.
+    fn stats(&self) -> QueueStats;
+}
+
+/// The transmit half of one queue.
+pub trait TxQueue: Send {
+    /// Sends packets from the front of `pkts`, removes those it took (their buffers are freed or
+    /// owned by the driver) and returns how many. Packets left in `pkts` were not sent.
+    fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize;
+    fn stats(&self) -> QueueStats;
+}
+
+/// A network port.
+pub trait Port: Send {
+    fn info(&self) -> PortInfo;
+    fn link(&self) -> LinkStatus;
+    /// Takes rx queue `q`; received packets are allocated from `pool`.
+    fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError>;
+    /// Takes tx queue `q`; sent buffers are returned through a cache of `pool` (buffers of other
+    /// pools go back to their own).
+    fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError>;
+    /// Snapshots of the counters of every queue taken so far: (rx, tx).
+    fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_parse_and_print() {
+        let m: MacAddr = "02:1a:FF:00:00:09".parse().unwrap();
+        assert_eq!(m.to_string(), "02:1A:FF:00:00:09");
+        assert!(m.is_locally_administered() && !m.is_multicast());
+        for bad in [
+            "",
+            "02:1a:ff:00:00",
+            "02:1a:ff:00:00:0g",
+            "02:1a:ff:00:00:001",
+            "02::ff:00:00:09",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! Shared memory for memnic: the layer where the `unsafe` lives.
+//!
+//! * [`Region`]: a mapping from a memfd, a POSIX shm object (`/dev/shm/NAME`), any mmap-able file
+//!   (an ivshmem BAR: `/sys/bus/pci/devices/<BDF>/resource2`), or private memory. 2 MiB hugepages
+//!   are used when reserved, normal pages otherwise.
+//! * Access to memory a peer may write at any time: atomic loads/stores of aligned words at checked
+//!   offsets, and bounds-checked copies in and out. No `&[u8]` is ever formed over the mapping.
+//! * [`cpu`]: pinning the current thread, listing CPUs.
+//!
+//! Contract: every accessor checks `offset + size <= len` (and alignment for atomics) before it
+//! touches memory, so no value a peer writes can make this crate read or write outside a mapping.
+
+pub mod cpu;
+mod region;
+
+pub use region::{Backing, Region, HUGE_PAGE_SIZE};
+
+/// Errors of this crate: each names the object and what went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    #[error("cannot {op} {what}: {source}")]
+    Io {
+        op: &'static str,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} is {actual} bytes, but {needed} bytes are needed")]
+    TooSmall {
+        what: String,
+        actual: u64,
+        needed: u64,
+    },
+    #[error("a region cannot be empty")]
+    Empty,
+    #[error("access of {size} bytes at offset {offset:#x} is outside the {len}-byte region or misaligned")]
+    OutOfBounds {
+        offset: usize,
+        size: usize,
+        len: usize,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, ShmError>;

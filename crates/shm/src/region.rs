@@ -1,0 +1,524 @@
+//! Mapped regions and the bounds-checked accessors over them.
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::{Result, ShmError};
+
+/// Size of the hugepages the crate asks for.
+pub const HUGE_PAGE_SIZE: usize = 2 << 20;
+
+/// Where a region's memory comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// Private anonymous memory (process-local pools).
+    Private,
+    /// An anonymous memfd, shareable by passing its fd.
+    Memfd,
+    /// A named file: a POSIX shm object under `/dev/shm`, a hugetlbfs file, a PCI BAR.
+    File(PathBuf),
+}
+
+/// A mapping of shared or private memory.
+///
+/// The memory may be written by another process at any moment, so the region never hands out
+/// references to plain data: only atomics (valid for any value and for concurrent writers) and
+/// copies into or out of private buffers, each checked against the mapping's length.
+#[derive(Debug)]
+pub struct Region {
+    base: NonNull<u8>,
+    len: usize,
+    huge: bool,
+    backing: Backing,
+    fd: Option<OwnedFd>,
+}
+
+// SAFETY: a Region is a pointer to a mapping that lives until drop; all access goes through
+// atomics or copies that are sound under concurrent modification, so it may move between threads.
+unsafe impl Send for Region {}
+// SAFETY: as above; &Region only allows atomic accesses and racy-but-bounded copies.
+unsafe impl Sync for Region {}
+
+fn io_err(op: &'static str, what: impl Into<String>) -> ShmError {
+    ShmError::Io {
+        op,
+        what: what.into(),
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+/// Maps `len` bytes of `fd` (or anonymous memory when `fd` is None) read-write.
+fn map(fd: Option<BorrowedFd<'_>>, len: usize, flags: libc::c_int) -> std::io::Result<NonNull<u8>> {
+    let raw = fd.map_or(-1, |f| f.as_raw_fd());
+    // SAFETY: a fresh mapping with a null hint cannot alias any Rust object; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            raw,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(NonNull::new(p.cast()).expect("mmap returned null without MAP_FIXED"))
+}
+
+impl Region {
+    /// Private anonymous memory of `len` bytes, on 2 MiB hugepages when `huge` and some are
+    /// reserved (the size is then rounded up to a whole hugepage), on normal pages otherwise.
+    pub fn private(len: usize, huge: bool) -> Result<Region> {
+        if len == 0 {
+            return Err(ShmError::Empty);
+        }
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        if huge {
+            let hlen = len.next_multiple_of(HUGE_PAGE_SIZE);
+            if let Ok(base) = map(None, hlen, anon | libc::MAP_HUGETLB) {
+                return Ok(Region {
+                    base,
+                    len: hlen,
+                    huge: true,
+                    backing: Backing::Private,
+                    fd: None,
+                });
+            }
+        }
+        let base = map(None, len, anon).map_err(|source| ShmError::Io {
+            op: "map",
+            what: format!("{len} bytes of private memory"),
+            source,
+        })?;
+        Ok(Region {
+            base,
+            len,
+            huge: false,
+            backing: Backing::Private,
+            fd: None,
+        })
+    }
+
+    /// An anonymous memfd of `len` bytes (hugepages as for [`Region::private`]); its fd can be
+    /// passed to a peer with SCM_RIGHTS.
+    pub fn memfd(name: &str, len: usize, huge: bool) -> Result<Region> {
+        if len == 0 {
+            return Err(ShmError::Empty);
+        }
+        let cname = CString::new(name.replace('\0', "_")).expect("NULs were replaced");
+        let attempts: &[(libc::c_uint, usize)] = if huge {
+            &[
+                (libc::MFD_HUGETLB | libc::MFD_HUGE_2MB, HUGE_PAGE_SIZE),
+                (0, 1),
+            ]
+        } else {
+            &[(0, 1)]
+        };
+        let mut last = None;
+        for &(extra, page) in attempts {
+            let flen = len.next_multiple_of(page);
+            // SAFETY: memfd_create takes a valid NUL-terminated name and returns a new fd or -1.
+            let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | extra) };
+            if raw < 0 {
+                last = Some(io_err("create memfd", name));
+                continue;
+            }
+            // SAFETY: raw is a freshly created fd that nothing else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let file = File::from(fd);
+            if let Err(source) = file.set_len(flen as u64) {
+                last = Some(ShmError::Io {
+                    op: "size memfd",
+                    what: name.into(),
+                    source,
+                });
+                continue;
+            }
+            match map(Some(file.as_fd()), flen, libc::MAP_SHARED) {
+                Ok(base) => {
+                    return Ok(Region {
+                        base,
+                        len: flen,
+                        huge: extra != 0,
+                        backing: Backing::Memfd,
+                        fd: Some(file.into()),
+                    })
+                }
+                Err(source) => {
+                    last = Some(ShmError::Io {
+                        op: "map memfd",
+                        what: name.into(),
+                        source,
+                    })
+                }
+            }
+        }
+        Err(last.expect("at least one attempt was made"))
+    }
+
+    /// The path of POSIX shm object `name`: `/dev/shm/NAME`, or `name` itself if it has a `/`.
+    pub fn shm_path(name: &str) -> PathBuf {
+        if name.contains('/') {
+            PathBuf::from(name)
+        } else {
+            Path::new("/dev/shm").join(name)
+        }
+    }
+
+    /// Opens the shm object or file `name` (see [`Region::shm_path`]), creating it with `mode` if it
+    /// does not exist, and grows it to `len` bytes if it is smaller. Existing content is kept.
+    pub fn create_shared(name: &str, len: usize, mode: u32) -> Result<Region> {
+        if len == 0 {
+            return Err(ShmError::Empty);
+        }
+        let path = Self::shm_path(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(mode)
+            .open(&path)
+            .map_err(|source| ShmError::Io {
+                op: "open or create",
+                what: path.display().to_string(),
+                source,
+            })?;
+        let size = file
+            .metadata()
+            .map_err(|source| ShmError::Io {
+                op: "stat",
+                what: path.display().to_string(),
+                source,
+            })?
+            .len();
+        if size < len as u64 {
+            file.set_len(len as u64).map_err(|source| ShmError::Io {
+                op: "resize",
+                what: path.display().to_string(),
+                source,
+            })?;
+        }
+        Self::map_file(file, path, len)
+    }
+
+    /// Opens an existing shm object or file (an ivshmem BAR such as
+    /// `/sys/bus/pci/devices/0000:00:04.0/resource2`) and maps all of it; it must hold at least
+    /// `min_len` bytes.
+    pub fn open_shared(name: &str, min_len: usize) -> Result<Region> {
+        let path = Self::shm_path(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|source| ShmError::Io {
+                op: "open",
+                what: path.display().to_string(),
+                source,
+            })?;
+        let size = file
+            .metadata()
+            .map_err(|source| ShmError::Io {
+                op: "stat",
+                what: path.display().to_string(),
+                source,
+            })?
+            .len();
+        if size < min_len.max(1) as u64 {
+            return Err(ShmError::TooSmall {
+                what: path.display().to_string(),
+                actual: size,
+                needed: min_len as u64,
+            });
+        }
+        let len = usize::try_from(size).map_err(|_| ShmError::TooSmall {
+            what: path.display().to_string(),
+            actual: size,
+            needed: min_len as u64,
+        })?;
+        Self::map_file(file, path, len)
+    }
+
+    fn map_file(file: File, path: PathBuf, len: usize) -> Result<Region> {
+        let base =
+            map(Some(file.as_fd()), len, libc::MAP_SHARED).map_err(|source| ShmError::Io {
+                op: "map",
+                what: path.display().to_string(),
+                source,
+            })?;
+        // hugetlbfs files are the only files mapped with hugepages here.
+        let huge = path.starts_with("/dev/hugepages");
+        Ok(Region {
+            base,
+            len,
+            huge,
+            backing: Backing::File(path),
+            fd: Some(file.into()),
+        })
+    }
+
+    /// Maps `len` bytes of a shared-memory fd received from a peer (memif regions).
+    pub fn from_fd(fd: OwnedFd, len: usize) -> Result<Region> {
+        if len == 0 {
+            return Err(ShmError::Empty);
+        }
+        let file = File::from(fd);
+        let size = file
+            .metadata()
+            .map_err(|source| ShmError::Io {
+                op: "stat",
+                what: "received fd".into(),
+                source,
+            })?
+            .len();
+        if size < len as u64 {
+            return Err(ShmError::TooSmall {
+                what: "received fd".into(),
+                actual: size,
+                needed: len as u64,
+            });
+        }
+        let base =
+            map(Some(file.as_fd()), len, libc::MAP_SHARED).map_err(|source| ShmError::Io {
+                op: "map",
+                what: "received fd".into(),
+                source,
+            })?;
+        Ok(Region {
+            base,
+            len,
+            huge: false,
+            backing: Backing::Memfd,
+            fd: Some(file.into()),
+        })
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: empty regions are refused at creation.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the mapping is backed by hugepages.
+    pub fn is_huge(&self) -> bool {
+        self.huge
+    }
+
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    /// The fd behind the mapping (memfd or file), to pass to a peer.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Start address, for placement syscalls (mbind) and diagnostics; never dereferenced outside
+    /// this crate.
+    pub fn addr(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
+    #[inline(always)]
+    fn check(&self, offset: usize, size: usize, align: usize) -> Result<()> {
+        match offset.checked_add(size) {
+            Some(end) if end <= self.len && offset % align == 0 => Ok(()),
+            _ => Err(ShmError::OutOfBounds {
+                offset,
+                size,
+                len: self.len,
+            }),
+        }
+    }
+
+    /// The 32-bit word at `offset` (4-byte aligned) as an atomic, or an error when it is outside
+    /// the region. Use this for offsets that came from a peer.
+    #[inline(always)]
+    pub fn try_u32(&self, offset: usize) -> Result<&AtomicU32> {
+        self.check(offset, 4, 4)?;
+        // SAFETY: offset..offset+4 is inside the live mapping and 4-aligned (base is page-aligned);
+        // an AtomicU32 is valid for any bit pattern and for concurrent writers in other processes.
+        Ok(unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(offset).cast()) })
+    }
+
+    /// The 32-bit word at an `offset` the program computed itself (not read from the peer).
+    /// Panics on an out-of-bounds offset, which is a bug in the caller.
+    #[inline(always)]
+    pub fn u32(&self, offset: usize) -> &AtomicU32 {
+        match self.try_u32(offset) {
+            Ok(a) => a,
+            Err(e) => out_of_bounds(e),
+        }
+    }
+
+    /// The 64-bit word at `offset` (8-byte aligned); see [`Region::u32`].
+    #[inline(always)]
+    pub fn u64(&self, offset: usize) -> &AtomicU64 {
+        if let Err(e) = self.check(offset, 8, 8) {
+            out_of_bounds(e)
+        }
+        // SAFETY: checked just above: inside the mapping and 8-aligned; any bit pattern is valid.
+        unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(offset).cast()) }
+    }
+
+    /// Copies `dst.len()` bytes from the region at `offset` into private memory.
+    ///
+    /// If the peer writes the same bytes concurrently, `dst` receives some mix of old and new
+    /// bytes; that is the caller's problem to validate, never undefined behaviour in `dst`'s use.
+    #[inline(always)]
+    pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check(offset, dst.len(), 1)?;
+        // SAFETY: the source range is inside the mapping (checked), dst is a distinct private
+        // buffer, and u8 has no invalid values, so a racing writer can only change the bytes seen.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `offset`.
+    #[inline(always)]
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check(offset, src.len(), 1)?;
+        // SAFETY: the destination range is inside the mapping (checked) and src is private memory;
+        // no Rust reference to the mapping exists that this write could invalidate.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(offset), src.len())
+        };
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `offset` to `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
+        self.check(offset, len, 1)?;
+        // SAFETY: the range is inside the mapping (checked); see write_bytes.
+        unsafe { std::ptr::write_bytes(self.base.as_ptr().add(offset), byte, len) };
+        Ok(())
+    }
+
+    /// Hints the CPU to load the cache line at `offset` for reading. Out-of-range offsets are
+    /// ignored (a prefetch never faults, but there is no reason to issue one).
+    #[inline(always)]
+    pub fn prefetch(&self, offset: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if offset < self.len {
+            // SAFETY: prefetch has no architectural effect; the address is inside the mapping.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(self.base.as_ptr().add(offset).cast());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = offset;
+    }
+
+    /// Hints the CPU to load the cache line at `offset` in exclusive state, ready to be written
+    /// (PREFETCHW where the CPU has it).
+    #[inline(always)]
+    pub fn prefetch_write(&self, offset: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if offset < self.len {
+            // SAFETY: prefetch has no architectural effect; the address is inside the mapping.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+                _mm_prefetch::<_MM_HINT_ET0>(self.base.as_ptr().add(offset).cast());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = offset;
+    }
+
+    /// Raw pointer for the pool layer of this workspace (same crate family); bounds are the
+    /// caller's responsibility. Hidden: not part of the public contract.
+    #[doc(hidden)]
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_bounds(e: ShmError) -> ! {
+    panic!("memnic-shm: program-computed offset out of range: {e}")
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe a mapping this Region created and still owns; atomics handed
+        // out borrow &self, so none outlive the unmapping.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn accessors_are_bounds_checked() {
+        let r = Region::private(8192, false).unwrap();
+        assert!(r.try_u32(8188).is_ok());
+        assert!(r.try_u32(8189).is_err(), "misaligned");
+        assert!(r.try_u32(8192).is_err());
+        assert!(r.try_u32(usize::MAX - 1).is_err(), "overflowing offset");
+        let mut buf = [0u8; 16];
+        assert!(r.read_bytes(8180, &mut buf).is_err());
+        assert!(r.read_bytes(usize::MAX - 4, &mut buf).is_err());
+        assert!(r.write_bytes(8176, &buf).is_ok());
+        assert!(r.fill(8000, 193, 0).is_err());
+    }
+
+    #[test]
+    fn memfd_is_shared_between_two_mappings() {
+        let a = Region::memfd("test", 4096, false).unwrap();
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        let b = Region::from_fd(fd, 4096).unwrap();
+        a.u32(64).store(0xdead_beef, Ordering::Release);
+        assert_eq!(b.u32(64).load(Ordering::Acquire), 0xdead_beef);
+        b.write_bytes(100, b"hello").unwrap();
+        let mut out = [0u8; 5];
+        a.read_bytes(100, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        assert!(Region::from_fd(b.fd().unwrap().try_clone_to_owned().unwrap(), 8192).is_err());
+    }
+
+    #[test]
+    fn posix_shm_keeps_content_across_opens() {
+        let name = format!("memnic-shm-test-{}", std::process::id());
+        let a = Region::create_shared(&name, 1 << 16, 0o600).unwrap();
+        a.u64(8).store(42, Ordering::Relaxed);
+        drop(a);
+        let b = Region::create_shared(&name, 1 << 16, 0o600).unwrap();
+        assert_eq!(b.u64(8).load(Ordering::Relaxed), 42);
+        let c = Region::open_shared(&name, 1 << 16).unwrap();
+        assert_eq!(c.len(), 1 << 16);
+        assert!(Region::open_shared(&name, 1 << 17).is_err());
+        std::fs::remove_file(Region::shm_path(&name)).unwrap();
+        assert!(Region::open_shared(&name, 1).is_err());
+    }
+
+    #[test]
+    fn hugepage_request_falls_back_to_normal_pages() {
+        let r = Region::private(3 << 20, true).unwrap();
+        assert!(r.len() >= 3 << 20);
+        r.u32(r.len() - 4).store(1, Ordering::Relaxed);
+        let m = Region::memfd("huge", 1 << 20, true).unwrap();
+        assert!(m.len() >= 1 << 20);
+    }
+}
