@@ -1,0 +1,661 @@
+//! The guest side: the PMD of the 2014 `memnic` driver, in three variants.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use memnic_ethdev::{
+    LinkStatus, MacAddr, Mbuf, Mempool, PoolCache, Port, PortError, PortInfo, QueueStats, RxQueue,
+    StatsCell, TxQueue, MAX_BURST,
+};
+use memnic_shm::Region;
+
+use crate::gate::{Gate, GateMember, GateState};
+use crate::layout::*;
+use crate::ring::{self, Oversize};
+use crate::{host, slot, MemnicError};
+
+/// Which burst implementation the guest queues run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Variant {
+    /// The PMD before the 2014 series: `rte_mb()` before every status store, no prefetch, no
+    /// branch hints, each mbuf freed inside the copy loop, CAS claim on transmit.
+    Before2014,
+    /// The PMD after the 2014 series: compiler barrier (Release/Acquire), prefetch of the next
+    /// slot on receive, cold rare branches, mbufs freed after the copy loop; CAS claim kept.
+    After2014,
+    /// memnic's own: batched receive (scan, bulk alloc, copy, bulk hand-back) with deeper
+    /// prefetch, and transmit without CAS (the guest is the only producer of `down`).
+    #[default]
+    Memnic,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 3] = [Variant::Before2014, Variant::After2014, Variant::Memnic];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Before2014 => "2014-before",
+            Variant::After2014 => "2014-after",
+            Variant::Memnic => "memnic",
+        }
+    }
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Variant::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                format!("unknown variant '{s}' (expected 2014-before, 2014-after or memnic)")
+            })
+    }
+}
+
+/// How the guest attaches.
+#[derive(Debug, Clone)]
+pub struct GuestConfig {
+    /// shm name, file path, or an ivshmem BAR (`/sys/bus/pci/devices/<BDF>/resource2`).
+    pub path: String,
+    /// Frame size to request with the frame-size feature (1518..=4088); None keeps 1518.
+    pub framesz: Option<u32>,
+    pub variant: Variant,
+    /// How long to wait for the host to answer a reset.
+    pub reset_timeout: Duration,
+}
+
+impl GuestConfig {
+    pub fn new(path: impl Into<String>) -> Self {
+        GuestConfig {
+            path: path.into(),
+            framesz: None,
+            variant: Variant::Memnic,
+            reset_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+struct GuestShared {
+    region: Arc<Region>,
+    gate: Arc<Gate>,
+    /// The frame size agreed at the last reset (private copy).
+    framesz: AtomicU32,
+    reset_lock: Mutex<()>,
+}
+
+/// The guest end of one MEMNIC region.
+pub struct GuestPort {
+    name: String,
+    mac: MacAddr,
+    features: u32,
+    cfg: GuestConfig,
+    shared: Arc<GuestShared>,
+    rx_taken: bool,
+    tx_taken: bool,
+    rx_cells: Vec<Arc<StatsCell>>,
+    tx_cells: Vec<Arc<StatsCell>>,
+}
+
+impl GuestPort {
+    /// Opens the region named in `cfg`, checks it, and resets the device.
+    pub fn attach(name: &str, cfg: &GuestConfig) -> Result<GuestPort, MemnicError> {
+        let region = Region::open_shared(&cfg.path, AREA_SIZE).map_err(|e| match e {
+            memnic_shm::ShmError::TooSmall { actual, .. } => MemnicError::TooSmall {
+                len: actual as usize,
+            },
+            e => MemnicError::Shm(e),
+        })?;
+        Self::on_region(name, Arc::new(region), cfg)
+    }
+
+    /// Guest side over an already mapped region.
+    pub fn on_region(
+        name: &str,
+        region: Arc<Region>,
+        cfg: &GuestConfig,
+    ) -> Result<GuestPort, MemnicError> {
+        if region.len() < AREA_SIZE {
+            return Err(MemnicError::TooSmall { len: region.len() });
+        }
+        if let Some(f) = cfg.framesz {
+            if !(MAX_FRAME_LEN..=MAX_JUMBO_FRAME_LEN).contains(&f) {
+                return Err(MemnicError::FrameSize(f));
+            }
+        }
+        // Acquire pairs with the host's Release store of the magic in init_region.
+        let magic = region.u32(HDR_MAGIC).load(Acquire);
+        if magic != MAGIC {
+            return Err(MemnicError::NotMemnic { magic });
+        }
+        let version = region.u32(HDR_VERSION).load(Relaxed);
+        if version != VERSION_1 {
+            return Err(MemnicError::Version(version));
+        }
+        let shared = Arc::new(GuestShared {
+            region,
+            gate: Gate::new(),
+            framesz: AtomicU32::new(MAX_FRAME_LEN),
+            reset_lock: Mutex::new(()),
+        });
+        let mut port = GuestPort {
+            name: name.to_string(),
+            mac: MacAddr::default(),
+            features: 0,
+            cfg: cfg.clone(),
+            shared,
+            rx_taken: false,
+            tx_taken: false,
+            rx_cells: Vec::new(),
+            tx_cells: Vec::new(),
+        };
+        port.reset()?;
+        Ok(port)
+    }
+
+    /// Asks the host for a reset and waits for it (`specs/memnic.md` §4): both rings empty, both
+    /// sides back at slot 0, frame size renegotiated. Queues taken from this port park during the
+    /// reset; they must be polled for it to proceed. Returns the agreed frame size.
+    pub fn reset(&mut self) -> Result<u32, MemnicError> {
+        let sh = self.shared.clone();
+        let _one_at_a_time = sh.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let region = &*sh.region;
+        let deadline = Instant::now() + self.cfg.reset_timeout;
+        let g = sh.gate.begin();
+        while !sh.gate.all_parked(g) {
+            if Instant::now() > deadline {
+                sh.gate.finish(g);
+                return Err(MemnicError::QueuesNotPolled);
+            }
+            std::thread::yield_now();
+        }
+        // Relaxed: the features word was published with the header; read before asking.
+        self.features = region.u32(HDR_FEATURES).load(Relaxed);
+        self.mac = host::read_mac(region);
+        let want = self
+            .cfg
+            .framesz
+            .filter(|_| self.features & FEAT_FRAME_SIZE != 0);
+        region.u32(HDR_VALID).store(0, Relaxed);
+        region
+            .u32(HDR_REQUEST)
+            .store(if want.is_some() { FEAT_FRAME_SIZE } else { 0 }, Relaxed);
+        if let Some(f) = want {
+            region.u32(HDR_FRAMESZ).store(f, Relaxed);
+        }
+        // Release pairs with the host's Acquire in reset_requested: request/framesz are visible.
+        region.u32(HDR_RESET).store(1, Release);
+        loop {
+            // Acquire pairs with serve_reset's Release stores of reset = 0 and valid = 1.
+            if region.u32(HDR_RESET).load(Acquire) == 0 && region.u32(HDR_VALID).load(Acquire) == 1
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                sh.gate.finish(g);
+                return Err(MemnicError::NoHost {
+                    secs: self.cfg.reset_timeout.as_secs_f64(),
+                });
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let agreed = region.u32(HDR_FRAMESZ).load(Relaxed);
+        let framesz = match want {
+            Some(_) if (MAX_FRAME_LEN..=MAX_JUMBO_FRAME_LEN).contains(&agreed) => agreed,
+            _ => MAX_FRAME_LEN,
+        };
+        // Relaxed: published to the queues by the Release in `finish`.
+        sh.framesz.store(framesz, Relaxed);
+        sh.gate.finish(g);
+        Ok(framesz)
+    }
+
+    /// Features the host offers.
+    pub fn features(&self) -> u32 {
+        self.features
+    }
+
+    /// The frame size agreed at the last reset.
+    pub fn framesz(&self) -> u32 {
+        self.shared.framesz.load(Relaxed)
+    }
+
+    pub fn region(&self) -> &Arc<Region> {
+        &self.shared.region
+    }
+}
+
+impl Port for GuestPort {
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            driver: "net_memnic",
+            name: self.name.clone(),
+            mac: self.mac,
+            max_frame_len: self.framesz(),
+            max_rx_queues: 1,
+            max_tx_queues: 1,
+        }
+    }
+
+    fn link(&self) -> LinkStatus {
+        // Relaxed: a status snapshot.
+        LinkStatus {
+            up: self.shared.region.u32(HDR_VALID).load(Relaxed) == 1,
+            speed_mbps: 10_000,
+        }
+    }
+
+    fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
+        if q != 0 {
+            return Err(PortError::NoSuchQueue {
+                port: self.name.clone(),
+                dir: "rx",
+                queue: q,
+                max: 1,
+            });
+        }
+        if self.rx_taken {
+            return Err(PortError::QueueTaken {
+                port: self.name.clone(),
+                dir: "rx",
+                queue: q,
+            });
+        }
+        if pool.data_room() < self.framesz() {
+            return Err(PortError::Other {
+                port: self.name.clone(),
+                what: format!(
+                    "pool buffers hold {} bytes but frames can be {} bytes; use a larger --mbuf-size",
+                    pool.data_room(),
+                    self.framesz()
+                ),
+            });
+        }
+        self.rx_taken = true;
+        let cell = StatsCell::new();
+        self.rx_cells.push(cell.clone());
+        Ok(Box::new(self.rx_queue(pool, cell)))
+    }
+
+    fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
+        if q != 0 {
+            return Err(PortError::NoSuchQueue {
+                port: self.name.clone(),
+                dir: "tx",
+                queue: q,
+                max: 1,
+            });
+        }
+        if self.tx_taken {
+            return Err(PortError::QueueTaken {
+                port: self.name.clone(),
+                dir: "tx",
+                queue: q,
+            });
+        }
+        self.tx_taken = true;
+        let cell = StatsCell::new();
+        self.tx_cells.push(cell.clone());
+        Ok(Box::new(self.tx_queue(pool, cell)))
+    }
+
+    fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
+        (
+            self.rx_cells.iter().map(|c| c.snapshot()).collect(),
+            self.tx_cells.iter().map(|c| c.snapshot()).collect(),
+        )
+    }
+}
+
+impl GuestPort {
+    fn rx_queue(&self, pool: &Mempool, cell: Arc<StatsCell>) -> GuestRxQueue {
+        GuestRxQueue {
+            region: self.shared.region.clone(),
+            shared: self.shared.clone(),
+            gate: self.shared.gate.join(),
+            idx: 0,
+            framesz: self.framesz(),
+            variant: self.cfg.variant,
+            cache: pool.cache(),
+            stats: QueueStats::default(),
+            cell,
+        }
+    }
+
+    fn tx_queue(&self, pool: &Mempool, cell: Arc<StatsCell>) -> GuestTxQueue {
+        GuestTxQueue {
+            region: self.shared.region.clone(),
+            shared: self.shared.clone(),
+            gate: self.shared.gate.join(),
+            idx: 0,
+            framesz: self.framesz(),
+            variant: self.cfg.variant,
+            cache: pool.cache(),
+            stats: QueueStats::default(),
+            cell,
+            spare: Vec::with_capacity(MAX_BURST),
+        }
+    }
+
+    /// The queue pair as concrete types (for the tester, which calls the bursts directly).
+    pub fn take_queue_pair(
+        &mut self,
+        pool: &Mempool,
+    ) -> Result<(GuestRxQueue, GuestTxQueue), PortError> {
+        if self.rx_taken || self.tx_taken {
+            return Err(PortError::QueueTaken {
+                port: self.name.clone(),
+                dir: "rx/tx",
+                queue: 0,
+            });
+        }
+        self.rx_taken = true;
+        self.tx_taken = true;
+        let (rc, tc) = (StatsCell::new(), StatsCell::new());
+        self.rx_cells.push(rc.clone());
+        self.tx_cells.push(tc.clone());
+        Ok((self.rx_queue(pool, rc), self.tx_queue(pool, tc)))
+    }
+}
+
+/// Guest receive: reads `up`.
+pub struct GuestRxQueue {
+    region: Arc<Region>,
+    shared: Arc<GuestShared>,
+    gate: GateMember,
+    idx: usize,
+    framesz: u32,
+    variant: Variant,
+    cache: PoolCache,
+    stats: QueueStats,
+    cell: Arc<StatsCell>,
+}
+
+/// Guest transmit: writes `down`.
+pub struct GuestTxQueue {
+    region: Arc<Region>,
+    shared: Arc<GuestShared>,
+    gate: GateMember,
+    idx: usize,
+    framesz: u32,
+    variant: Variant,
+    cache: PoolCache,
+    stats: QueueStats,
+    cell: Arc<StatsCell>,
+    /// Second burst vector for the pre-2014 loop (free inside the loop without reallocating).
+    spare: Vec<Mbuf>,
+}
+
+#[cold]
+#[inline(never)]
+fn cold_stop() {}
+
+/// The top of every guest burst: gate, then `valid`. False means "do nothing this time".
+#[inline(always)]
+fn ready(
+    gate: &mut GateMember,
+    shared: &GuestShared,
+    idx: &mut usize,
+    framesz: &mut u32,
+    region: &Region,
+) -> bool {
+    match gate.check() {
+        GateState::Run => {}
+        GateState::Parked => return false,
+        GateState::Restart => {
+            // Relaxed: ordered after the Acquire in `check`, which pairs with `finish`.
+            *framesz = shared.framesz.load(Relaxed);
+            *idx = 0;
+        }
+    }
+    // Acquire pairs with the host's Release store of valid = 1 after its sweep.
+    region.u32(HDR_VALID).load(Acquire) == 1
+}
+
+impl GuestRxQueue {
+    /// `rx_burst` without the trait object, for the tester's inner loop.
+    #[inline(always)]
+    pub fn burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        if !ready(
+            &mut self.gate,
+            &self.shared,
+            &mut self.idx,
+            &mut self.framesz,
+            &self.region,
+        ) {
+            return 0;
+        }
+        let max = max.min(MAX_BURST);
+        let n = match self.variant {
+            Variant::Memnic => ring::receive(
+                &self.region,
+                Dir::Up,
+                &mut self.idx,
+                self.framesz,
+                &mut self.cache,
+                pkts,
+                max,
+                &mut self.stats,
+            ),
+            Variant::After2014 => self.rx_2014_after(pkts, max),
+            Variant::Before2014 => self.rx_2014_before(pkts, max),
+        };
+        self.cell.publish(&self.stats);
+        n
+    }
+
+    /// 2014 PMD after the series: per-slot loop, prefetch of the next slot, hints, barrier only.
+    #[inline(never)]
+    fn rx_2014_after(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        let region = &*self.region;
+        let mut idx = self.idx;
+        let mut n = 0;
+        while n < max {
+            let off = slot_off(Dir::Up, idx);
+            if !slot::is_filled(region.u32(off)) {
+                break;
+            }
+            let Some(mut m) = self.cache.alloc() else {
+                ring::no_buffers(&mut self.stats, 1);
+                break;
+            };
+            region.prefetch(slot_off(Dir::Up, next(idx)));
+            // Relaxed: after the Acquire in is_filled (C1).
+            let len = region.u32(off + SLOT_LEN).load(Relaxed);
+            if len == 0 || len > self.framesz || !m.set_len(len as usize) {
+                ring::bad_length(&mut self.stats);
+                self.cache.free(m);
+            } else {
+                region
+                    .read_bytes(off + SLOT_DATA, m.data_mut())
+                    .expect("len <= framesz <= slot room");
+                self.stats.bytes += len as u64;
+                pkts.push(m);
+                n += 1;
+            }
+            slot::release(region.u32(off));
+            idx = next(idx);
+        }
+        self.idx = idx;
+        self.stats.packets += n as u64;
+        n
+    }
+
+    /// 2014 PMD before the series: full fence before handing the slot back, nothing else.
+    #[inline(never)]
+    fn rx_2014_before(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        let region = &*self.region;
+        let mut idx = self.idx;
+        let mut n = 0;
+        while n < max {
+            let off = slot_off(Dir::Up, idx);
+            if !slot::is_filled(region.u32(off)) {
+                break;
+            }
+            let Some(mut m) = self.cache.alloc() else {
+                self.stats.nombuf += 1;
+                break;
+            };
+            let len = region.u32(off + SLOT_LEN).load(Relaxed);
+            if len == 0 || len > self.framesz || !m.set_len(len as usize) {
+                self.stats.errors += 1;
+                self.cache.free(m);
+            } else {
+                region
+                    .read_bytes(off + SLOT_DATA, m.data_mut())
+                    .expect("len <= framesz <= slot room");
+                self.stats.bytes += len as u64;
+                pkts.push(m);
+                n += 1;
+            }
+            // rte_mb(): the full fence the 2014 series removed.
+            fence(Ordering::SeqCst);
+            region.u32(off).store(PKT_ST_FREE, Relaxed);
+            idx = next(idx);
+        }
+        self.idx = idx;
+        self.stats.packets += n as u64;
+        n
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+impl GuestTxQueue {
+    /// `tx_burst` without the trait object, for the tester's inner loop.
+    #[inline(always)]
+    pub fn burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        if !ready(
+            &mut self.gate,
+            &self.shared,
+            &mut self.idx,
+            &mut self.framesz,
+            &self.region,
+        ) {
+            return 0;
+        }
+        let n = match self.variant {
+            Variant::Memnic => ring::transmit_single(
+                &self.region,
+                Dir::Down,
+                &mut self.idx,
+                self.framesz,
+                &mut self.cache,
+                pkts,
+                Oversize::Stop,
+                &mut self.stats,
+            ),
+            Variant::After2014 => self.tx_2014_after(pkts),
+            Variant::Before2014 => self.tx_2014_before(pkts),
+        };
+        self.cell.publish(&self.stats);
+        n
+    }
+
+    /// The 2014 transmit loop after the series: CAS claim of each slot, Release store of FILLED
+    /// (compiler barrier), oversize and full as cold exits, mbufs freed after the copy loop.
+    #[inline(never)]
+    fn tx_2014_after(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let region = &*self.region;
+        let mut idx = self.idx;
+        let n = pkts.len().min(MAX_BURST);
+        let mut sent = 0;
+        while sent < n {
+            let m = &pkts[sent];
+            let len = m.len() as u32;
+            if len > self.framesz {
+                cold_stop();
+                break;
+            }
+            let off = slot_off(Dir::Down, idx);
+            // The guest is the only producer: a failed claim means full (or garbage): stop.
+            if slot::claim_shared(region.u32(off)).is_err() {
+                cold_stop();
+                break;
+            }
+            idx = next(idx);
+            // Relaxed: published by the Release in `publish` (P1).
+            region.u32(off + SLOT_LEN).store(len, Relaxed);
+            region
+                .write_bytes(off + SLOT_DATA, m.data())
+                .expect("len <= framesz <= slot room");
+            slot::publish(region.u32(off));
+            self.stats.bytes += len as u64;
+            sent += 1;
+        }
+        self.idx = idx;
+        for m in pkts.drain(..sent) {
+            self.cache.free(m);
+        }
+        self.stats.packets += sent as u64;
+        sent
+    }
+
+    /// The 2014 transmit loop before the series: CAS claim, `rte_mb()` before FILLED, and each
+    /// mbuf freed inside the copy loop.
+    #[inline(never)]
+    fn tx_2014_before(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let region = &*self.region;
+        let mut idx = self.idx;
+        let n = pkts.len().min(MAX_BURST);
+        // Take the burst out so each mbuf can be freed as soon as it is copied; what is not sent
+        // goes back into `pkts` (which now holds the spare's empty allocation).
+        std::mem::swap(pkts, &mut self.spare);
+        let mut burst = self.spare.drain(..);
+        let mut sent = 0;
+        while sent < n {
+            let Some(m) = burst.as_slice().first() else {
+                break;
+            };
+            let len = m.len() as u32;
+            if len > self.framesz {
+                break;
+            }
+            let off = slot_off(Dir::Down, idx);
+            if slot::claim_shared(region.u32(off)).is_err() {
+                break;
+            }
+            idx = next(idx);
+            region.u32(off + SLOT_LEN).store(len, Relaxed);
+            region
+                .write_bytes(off + SLOT_DATA, m.data())
+                .expect("len <= framesz <= slot room");
+            fence(Ordering::SeqCst); // rte_mb()
+            region.u32(off).store(PKT_ST_FILLED, Relaxed);
+            self.stats.bytes += len as u64;
+            let m = burst.next().expect("peeked above");
+            self.cache.free(m);
+            sent += 1;
+        }
+        pkts.extend(burst);
+        self.idx = idx;
+        self.stats.packets += sent as u64;
+        sent
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+impl RxQueue for GuestRxQueue {
+    fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        self.burst(pkts, max)
+    }
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+impl TxQueue for GuestTxQueue {
+    fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        self.burst(pkts)
+    }
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}

@@ -1,0 +1,493 @@
+//! The host (vSwitch) side: creates the region, serves resets, sends into `up`, receives from
+//! `down`.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
+
+use memnic_ethdev::{
+    LinkStatus, MacAddr, Mbuf, Mempool, PoolCache, Port, PortError, PortInfo, QueueStats, RxQueue,
+    StatsCell, TxQueue,
+};
+use memnic_shm::Region;
+
+use crate::gate::{Gate, GateMember, GateState};
+use crate::layout::*;
+use crate::ring::{self, Oversize};
+use crate::{slot, MemnicError};
+
+/// Most host tx queues one port offers (several host lcores sending into one `up` ring).
+pub const MAX_HOST_TX_QUEUES: u16 = 16;
+
+/// How the host side is set up.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// POSIX shm name (`vm1` → `/dev/shm/vm1`) or a file path.
+    pub path: String,
+    /// Permission bits of a newly created region.
+    pub mode: u32,
+    /// Offer the frame-size feature (`features = FEAT_ALL`); a v1 host offers nothing.
+    pub frame_size_feature: bool,
+}
+
+impl HostConfig {
+    pub fn new(path: impl Into<String>) -> Self {
+        HostConfig {
+            path: path.into(),
+            mode: 0o600,
+            frame_size_feature: true,
+        }
+    }
+}
+
+/// Lays out a fresh header if `region` does not already hold a MEMNIC v1 header (so a restarted
+/// host keeps its MAC), then marks the device not valid and sweeps both rings.
+pub fn init_region(region: &Region, frame_size_feature: bool) -> Result<MacAddr, MemnicError> {
+    if region.len() < AREA_SIZE {
+        return Err(MemnicError::TooSmall { len: region.len() });
+    }
+    let features = if frame_size_feature { FEAT_ALL } else { 0 };
+    // Acquire pairs with the Release store of `magic` below, by an earlier host.
+    let fresh = region.u32(HDR_MAGIC).load(Acquire) != MAGIC
+        || region.u32(HDR_VERSION).load(Relaxed) != VERSION_1;
+    if fresh {
+        region
+            .fill(HEADER_OFF, HDR_SIZE, 0)
+            .expect("header inside region");
+        let mut mac = rand::random::<u64>().to_le_bytes();
+        mac[0] = (mac[0] & !1) | 2; // unicast, locally administered
+        region
+            .write_bytes(HDR_MAC, &mac[..6])
+            .expect("header inside region");
+        region.u32(HDR_FRAMESZ).store(MAX_FRAME_LEN, Relaxed);
+        region.u32(HDR_VERSION).store(VERSION_1, Relaxed);
+        // Release: a guest that sees the magic (Acquire) sees the rest of the header.
+        region.u32(HDR_MAGIC).store(MAGIC, Release);
+        region
+            .fill(UP_INFO_OFF, INFO_SIZE, 0)
+            .expect("info inside region");
+        region
+            .fill(DOWN_INFO_OFF, INFO_SIZE, 0)
+            .expect("info inside region");
+    }
+    // Relaxed: the features word is read by the guest after it sees valid (Release below later).
+    region.u32(HDR_FEATURES).store(features, Relaxed);
+    region.u32(HDR_VALID).store(0, Release);
+    sweep(region);
+    Ok(read_mac(region))
+}
+
+/// The MAC address in the header.
+pub fn read_mac(region: &Region) -> MacAddr {
+    let mut mac = [0u8; 8];
+    region
+        .read_bytes(HDR_MAC, &mut mac)
+        .expect("header inside region");
+    MacAddr([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]])
+}
+
+/// Every slot of both rings FREE. Returns how many FILLED slots were discarded (up, down).
+fn sweep(region: &Region) -> (u64, u64) {
+    let mut lost = [0u64; 2];
+    for (k, dir) in [Dir::Up, Dir::Down].into_iter().enumerate() {
+        for i in 0..NR_PACKET {
+            lost[k] += slot::sweep(region.u32(slot_off(dir, i))) as u64;
+        }
+    }
+    (lost[0], lost[1])
+}
+
+/// Whether the guest asks for a reset.
+#[inline(always)]
+pub fn reset_requested(region: &Region) -> bool {
+    // Acquire pairs with the guest's Release store of `reset = 1`: its request/framesz are visible.
+    region.u32(HDR_RESET).load(Acquire) != 0
+}
+
+/// What a served reset agreed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResetOutcome {
+    pub framesz: u32,
+    /// FILLED slots discarded by the sweep: (up: sent by the host, down: sent by the guest).
+    pub discarded: (u64, u64),
+}
+
+/// Serves a reset request (`specs/memnic.md` §4). The caller guarantees that no host queue is
+/// inside a burst on this region.
+pub fn serve_reset(region: &Region, frame_size_feature: bool) -> ResetOutcome {
+    region.u32(HDR_VALID).store(0, Relaxed);
+    let discarded = sweep(region);
+    let mut framesz = MAX_FRAME_LEN;
+    let request = region.u32(HDR_REQUEST).load(Relaxed);
+    if frame_size_feature && request & FEAT_FRAME_SIZE != 0 {
+        let want = region.u32(HDR_FRAMESZ).load(Relaxed);
+        if (MAX_FRAME_LEN..=MAX_JUMBO_FRAME_LEN).contains(&want) {
+            framesz = want;
+        }
+    }
+    region.u32(HDR_REQUEST).store(0, Relaxed);
+    region.u32(HDR_FRAMESZ).store(framesz, Relaxed);
+    // Release: the sweep and the accepted framesz are visible to a guest that sees reset == 0
+    // and valid == 1 with Acquire.
+    region.u32(HDR_RESET).store(0, Release);
+    region.u32(HDR_VALID).store(1, Release);
+    ResetOutcome { framesz, discarded }
+}
+
+struct HostShared {
+    region: Arc<Region>,
+    gate: Arc<Gate>,
+    frame_size_feature: bool,
+    /// The accepted frame size: the host's private copy, never the shared field.
+    framesz: AtomicU32,
+    /// Next `up` slot, shared by the tx queues (several host lcores).
+    up_head: HeadLine,
+    /// Tx queues taken; more than one switches to compare-and-swap claims.
+    producers: AtomicU32,
+    /// FILLED `up` slots thrown away by resets (sent by us, never received by the guest).
+    reset_discards: AtomicU64,
+    resets: AtomicU64,
+}
+
+#[repr(align(64))]
+struct HeadLine(AtomicU32);
+
+/// The host end of one MEMNIC region.
+pub struct HostPort {
+    name: String,
+    mac: MacAddr,
+    shared: Arc<HostShared>,
+    rx_taken: bool,
+    rx_cells: Vec<Arc<StatsCell>>,
+    tx_cells: Vec<Arc<StatsCell>>,
+}
+
+impl HostPort {
+    /// Creates (or re-opens, keeping the MAC) the region named in `cfg`.
+    pub fn create(name: &str, cfg: &HostConfig) -> Result<HostPort, MemnicError> {
+        let region = Region::create_shared(&cfg.path, AREA_SIZE, cfg.mode)?;
+        Self::on_region(name, Arc::new(region), cfg.frame_size_feature)
+    }
+
+    /// Host side over an already mapped region.
+    pub fn on_region(
+        name: &str,
+        region: Arc<Region>,
+        frame_size_feature: bool,
+    ) -> Result<HostPort, MemnicError> {
+        let mac = init_region(&region, frame_size_feature)?;
+        let shared = Arc::new(HostShared {
+            region,
+            gate: Gate::new(),
+            frame_size_feature,
+            framesz: AtomicU32::new(MAX_FRAME_LEN),
+            up_head: HeadLine(AtomicU32::new(0)),
+            producers: AtomicU32::new(0),
+            reset_discards: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+        });
+        Ok(HostPort {
+            name: name.to_string(),
+            mac,
+            shared,
+            rx_taken: false,
+            rx_cells: Vec::new(),
+            tx_cells: Vec::new(),
+        })
+    }
+
+    pub fn region(&self) -> &Arc<Region> {
+        &self.shared.region
+    }
+
+    /// Frames the host sent that a reset discarded before the guest read them.
+    pub fn reset_discards(&self) -> u64 {
+        self.shared.reset_discards.load(Relaxed)
+    }
+
+    /// Resets served so far.
+    pub fn resets(&self) -> u64 {
+        self.shared.resets.load(Relaxed)
+    }
+
+    /// The frame size agreed at the last reset.
+    pub fn framesz(&self) -> u32 {
+        self.shared.framesz.load(Relaxed)
+    }
+}
+
+impl Port for HostPort {
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            driver: "net_memnic",
+            name: self.name.clone(),
+            mac: self.mac,
+            max_frame_len: self.framesz(),
+            max_rx_queues: 1,
+            max_tx_queues: MAX_HOST_TX_QUEUES,
+        }
+    }
+
+    fn link(&self) -> LinkStatus {
+        // Relaxed: a status snapshot; no data is read on the strength of it.
+        LinkStatus {
+            up: self.shared.region.u32(HDR_VALID).load(Relaxed) == 1,
+            speed_mbps: 10_000,
+        }
+    }
+
+    fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
+        if q != 0 {
+            return Err(PortError::NoSuchQueue {
+                port: self.name.clone(),
+                dir: "rx",
+                queue: q,
+                max: 1,
+            });
+        }
+        if self.rx_taken {
+            return Err(PortError::QueueTaken {
+                port: self.name.clone(),
+                dir: "rx",
+                queue: q,
+            });
+        }
+        self.rx_taken = true;
+        let cell = StatsCell::new();
+        self.rx_cells.push(cell.clone());
+        Ok(Box::new(HostRxQueue {
+            shared: self.shared.clone(),
+            idx: 0,
+            cache: pool.cache(),
+            stats: QueueStats::default(),
+            cell,
+            pending_reset: None,
+        }))
+    }
+
+    fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
+        if q >= MAX_HOST_TX_QUEUES {
+            return Err(PortError::NoSuchQueue {
+                port: self.name.clone(),
+                dir: "tx",
+                queue: q,
+                max: MAX_HOST_TX_QUEUES,
+            });
+        }
+        // Relaxed: queues are set up before forwarding starts (as with DPDK's queue setup).
+        self.shared.producers.fetch_add(1, Relaxed);
+        let cell = StatsCell::new();
+        self.tx_cells.push(cell.clone());
+        Ok(Box::new(HostTxQueue {
+            shared: self.shared.clone(),
+            gate: self.shared.gate.join(),
+            framesz: self.shared.framesz.load(Acquire),
+            private_idx: 0,
+            cache: pool.cache(),
+            stats: QueueStats::default(),
+            cell,
+        }))
+    }
+
+    fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
+        (
+            self.rx_cells.iter().map(|c| c.snapshot()).collect(),
+            self.tx_cells.iter().map(|c| c.snapshot()).collect(),
+        )
+    }
+}
+
+/// Receives from `down` and serves the guest's reset requests.
+pub struct HostRxQueue {
+    shared: Arc<HostShared>,
+    idx: usize,
+    cache: PoolCache,
+    stats: QueueStats,
+    cell: Arc<StatsCell>,
+    /// A reset waiting for the tx queues to park.
+    pending_reset: Option<u64>,
+}
+
+impl HostRxQueue {
+    #[cold]
+    #[inline(never)]
+    fn reset_step(&mut self) {
+        let sh = &*self.shared;
+        let g = match self.pending_reset {
+            Some(g) => g,
+            None => {
+                sh.region.u32(HDR_VALID).store(0, Relaxed);
+                let g = sh.gate.begin();
+                self.pending_reset = Some(g);
+                g
+            }
+        };
+        if !sh.gate.all_parked(g) {
+            return;
+        }
+        let out = serve_reset(&sh.region, sh.frame_size_feature);
+        self.idx = 0;
+        // Relaxed: tx queues are parked; `finish` below publishes these with Release.
+        sh.up_head.0.store(0, Relaxed);
+        sh.framesz.store(out.framesz, Relaxed);
+        sh.reset_discards.fetch_add(out.discarded.0, Relaxed);
+        sh.resets.fetch_add(1, Relaxed);
+        // Frames the guest sent that we never received count as our rx drops.
+        self.stats.drops += out.discarded.1;
+        sh.gate.finish(g);
+        self.pending_reset = None;
+    }
+}
+
+impl RxQueue for HostRxQueue {
+    fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        let region = &*self.shared.region;
+        if self.pending_reset.is_some() || reset_requested(region) {
+            self.reset_step();
+            self.cell.publish(&self.stats);
+            return 0;
+        }
+        // Acquire pairs with serve_reset's Release store of valid = 1.
+        if region.u32(HDR_VALID).load(Acquire) == 0 {
+            return 0;
+        }
+        let framesz = self.shared.framesz.load(Relaxed);
+        let n = ring::receive(
+            region,
+            Dir::Down,
+            &mut self.idx,
+            framesz,
+            &mut self.cache,
+            pkts,
+            max,
+            &mut self.stats,
+        );
+        self.cell.publish(&self.stats);
+        n
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}
+
+/// Sends into `up`; several may share the ring (one per host lcore).
+pub struct HostTxQueue {
+    shared: Arc<HostShared>,
+    gate: GateMember,
+    framesz: u32,
+    /// Ring index when this is the only producer.
+    private_idx: usize,
+    cache: PoolCache,
+    stats: QueueStats,
+    cell: Arc<StatsCell>,
+}
+
+impl HostTxQueue {
+    #[cold]
+    #[inline(never)]
+    fn drop_all(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let n = pkts.len();
+        self.stats.drops += n as u64;
+        self.cache.free_all(pkts);
+        self.cell.publish(&self.stats);
+        n
+    }
+
+    /// Compare-and-swap claims on the shared head, with the v1 false-positive retry.
+    fn transmit_shared(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let region = &*self.shared.region;
+        let head = &self.shared.up_head.0;
+        let mut taken = 0;
+        'pkts: while taken < pkts.len() {
+            let len = pkts[taken].len() as u32;
+            if len > self.framesz {
+                self.stats.drops += 1;
+                taken += 1;
+                continue;
+            }
+            // A bounded number of tries: a hostile guest can park garbage in a slot.
+            let mut claimed = None;
+            for _ in 0..64 {
+                // Acquire pairs with the Release store of the head by another producer.
+                let h = head.load(Acquire) as usize % NR_PACKET;
+                let s = region.u32(slot_off(Dir::Up, h));
+                match slot::claim_shared(s) {
+                    Ok(()) => {
+                        if head.load(Acquire) as usize % NR_PACKET != h {
+                            // False positive: the slot was already filled and consumed behind the head.
+                            slot::unclaim(s);
+                            continue;
+                        }
+                        // Release pairs with the Acquire loads of the other producers.
+                        head.store(next(h) as u32, Release);
+                        claimed = Some(h);
+                        break;
+                    }
+                    Err(PKT_ST_FILLED) if head.load(Acquire) as usize % NR_PACKET == h => {
+                        break 'pkts
+                    } // full
+                    Err(_) => std::hint::spin_loop(),
+                }
+            }
+            let Some(h) = claimed else { break };
+            let off = slot_off(Dir::Up, h);
+            // Relaxed: published by the Release in `publish` (P1).
+            region.u32(off + SLOT_LEN).store(len, Relaxed);
+            region
+                .write_bytes(off + SLOT_DATA, pkts[taken].data())
+                .expect("len <= framesz <= slot room");
+            slot::publish(region.u32(off));
+            self.stats.packets += 1;
+            self.stats.bytes += len as u64;
+            taken += 1;
+        }
+        for m in pkts.drain(..taken) {
+            self.cache.free(m);
+        }
+        taken
+    }
+}
+
+impl TxQueue for HostTxQueue {
+    fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        match self.gate.check() {
+            GateState::Run => {}
+            GateState::Parked => return self.drop_all(pkts),
+            GateState::Restart => {
+                // Relaxed: ordered after the Acquire in `check`, which pairs with `finish`.
+                self.framesz = self.shared.framesz.load(Relaxed);
+                self.private_idx = 0;
+            }
+        }
+        let region = &*self.shared.region;
+        // Acquire pairs with serve_reset's Release store of valid = 1 (the swept rings).
+        if region.u32(HDR_VALID).load(Acquire) == 0 {
+            return self.drop_all(pkts);
+        }
+        // Relaxed: fixed once queues are set up.
+        let n = if self.shared.producers.load(Relaxed) > 1 {
+            self.transmit_shared(pkts)
+        } else {
+            let mut idx = self.private_idx;
+            let n = ring::transmit_single(
+                region,
+                Dir::Up,
+                &mut idx,
+                self.framesz,
+                &mut self.cache,
+                pkts,
+                Oversize::Drop,
+                &mut self.stats,
+            );
+            self.private_idx = idx;
+            n
+        };
+        self.cell.publish(&self.stats);
+        n
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+}

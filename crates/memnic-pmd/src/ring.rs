@@ -1,0 +1,163 @@
+//! Burst loops over one MEMNIC ring, shared by the host and the guest (`memnic` variant).
+//!
+//! Everything read from the ring is untrusted: `status` is only ever compared with FILLED/FREE,
+//! `len` is read once, checked against the private frame size and the buffer, then used.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use memnic_ethdev::{Mbuf, PoolCache, QueueStats, MAX_BURST};
+use memnic_shm::Region;
+
+use crate::layout::{next, slot_off, Dir, NR_PACKET, SLOT_DATA, SLOT_LEN};
+use crate::slot;
+
+/// How far ahead the receive loop prefetches slot headers.
+pub(crate) const PREFETCH_AHEAD: usize = 8;
+
+/// What a producer does with a frame longer than the agreed frame size.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Oversize {
+    /// Stop the burst and leave it with the caller (the guest PMD).
+    Stop,
+    /// Drop and count it (the host).
+    Drop,
+}
+
+/// Receives up to `max` frames from ring `dir` starting at `*idx`.
+///
+/// Batched: find the run of FILLED slots (their headers prefetched), allocate buffers for the
+/// whole run at once, copy, then hand all slots back. A slot with a bad length is counted in
+/// `errors` and handed back empty.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn receive(
+    region: &Region,
+    dir: Dir,
+    idx: &mut usize,
+    framesz: u32,
+    cache: &mut PoolCache,
+    pkts: &mut Vec<Mbuf>,
+    max: usize,
+    st: &mut QueueStats,
+) -> usize {
+    let max = max.min(MAX_BURST);
+    let first = *idx;
+    let mut n = 0;
+    while n < max {
+        region.prefetch(slot_off(dir, first + n + PREFETCH_AHEAD));
+        if !slot::is_filled(region.u32(slot_off(dir, first + n))) {
+            break;
+        }
+        n += 1;
+    }
+    if n == 0 {
+        return 0;
+    }
+    let start = pkts.len();
+    let got = cache.alloc_up_to(pkts, n);
+    if got < n {
+        no_buffers(st, n - got);
+        n = got;
+    }
+    let mut out = start;
+    for k in 0..n {
+        let off = slot_off(dir, first + k);
+        // Relaxed: ordered after the Acquire load in `is_filled` of this slot (C1).
+        let len = region.u32(off + SLOT_LEN).load(Relaxed);
+        let m = &mut pkts[out];
+        if len == 0 || len > framesz || !m.set_len(len as usize) {
+            bad_length(st);
+            continue;
+        }
+        if region.read_bytes(off + SLOT_DATA, m.data_mut()).is_err() {
+            bad_length(st);
+            continue;
+        }
+        st.bytes += len as u64;
+        out += 1;
+    }
+    for k in 0..n {
+        slot::release(region.u32(slot_off(dir, first + k)));
+    }
+    *idx = (first + n) % NR_PACKET;
+    while pkts.len() > out {
+        let m = pkts.pop().expect("len > out >= 0");
+        cache.free(m);
+    }
+    let got = out - start;
+    st.packets += got as u64;
+    got
+}
+
+#[cold]
+#[inline(never)]
+pub(crate) fn no_buffers(st: &mut QueueStats, n: usize) {
+    st.nombuf += n as u64;
+}
+
+#[cold]
+#[inline(never)]
+pub(crate) fn bad_length(st: &mut QueueStats) {
+    st.errors += 1;
+}
+
+#[cold]
+#[inline(never)]
+fn oversize(st: &mut QueueStats) {
+    st.drops += 1;
+}
+
+/// Transmits frames from the front of `pkts` into ring `dir` as its only producer: a slot is
+/// claimed by seeing it FREE, no compare-and-swap. Sent buffers are freed after the copy loop.
+/// Returns how many frames were taken (sent, or dropped as oversize under [`Oversize::Drop`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn transmit_single(
+    region: &Region,
+    dir: Dir,
+    idx: &mut usize,
+    framesz: u32,
+    cache: &mut PoolCache,
+    pkts: &mut Vec<Mbuf>,
+    on_oversize: Oversize,
+    st: &mut QueueStats,
+) -> usize {
+    let n = pkts.len().min(MAX_BURST);
+    let mut i = *idx;
+    let mut taken = 0;
+    let mut sent = 0u64;
+    let mut bytes = 0u64;
+    while taken < n {
+        let m = &pkts[taken];
+        let len = m.len() as u32;
+        if len > framesz {
+            if on_oversize == Oversize::Stop {
+                break;
+            }
+            oversize(st);
+            taken += 1;
+            continue;
+        }
+        let off = slot_off(dir, i);
+        if !slot::claim_single(region.u32(off)) {
+            break; // ring full
+        }
+        // Relaxed: published by the Release store in `publish` below (P1).
+        region.u32(off + SLOT_LEN).store(len, Relaxed);
+        region
+            .write_bytes(off + SLOT_DATA, m.data())
+            .expect("len <= framesz <= slot room");
+        slot::publish(region.u32(off));
+        i = next(i);
+        taken += 1;
+        sent += 1;
+        bytes += len as u64;
+    }
+    *idx = i;
+    st.packets += sent;
+    st.bytes += bytes;
+    for m in pkts.drain(..taken) {
+        cache.free(m);
+    }
+    taken
+}
