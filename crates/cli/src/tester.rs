@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use memnic_pmd::Variant;
-use memnic_tester::{Row, TesterConfig, JUMBO, SIZES};
+use memnic_tester::{Direction, Row, TesterConfig, JUMBO, SIZES};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,9 +38,17 @@ pub struct Args {
     /// CPU of the PMD thread (default: the next allowed CPU)
     #[arg(long)]
     pmd_cpu: Option<usize>,
+    /// What the PMD thread runs: both (rx_burst then tx_burst of what it got: the published
+    /// method), rx (receive only) or tx (transmit only), to measure each path alone
+    #[arg(long, default_value = "both", value_parser = parse_direction)]
+    direction: Direction,
     /// Print rows as JSON instead of a table
     #[arg(long)]
     json: bool,
+}
+
+fn parse_direction(s: &str) -> Result<Direction, String> {
+    s.parse()
 }
 
 fn parse_variant(s: &str) -> Result<Variant, String> {
@@ -68,15 +76,17 @@ pub fn main(a: Args) -> Result<(), String> {
         burst: a.burst,
         host_cpu: a.host_cpu,
         pmd_cpu: a.pmd_cpu,
+        direction: a.direction,
     };
     let (host, pmd) = memnic_tester::pick_cpus(&cfg).map_err(|e| e.to_string())?;
     if !a.json {
         println!(
-            "memnic-tester: {} × {} trial(s) of {} ms, burst {}, host emulator on CPU {host}, PMD on CPU {pmd}",
+            "memnic-tester: {} × {} trial(s) of {} ms, burst {}, direction {:?}, host emulator on CPU {host}, PMD on CPU {pmd}",
             variants.iter().map(|v| v.name()).collect::<Vec<_>>().join(" / "),
             a.trials,
             a.duration_ms,
-            a.burst
+            a.burst,
+            a.direction
         );
     }
     let total = cfg.variants.len() * cfg.sizes.len() * cfg.trials;

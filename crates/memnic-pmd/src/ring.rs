@@ -11,9 +11,6 @@ use memnic_shm::Region;
 use crate::layout::{next, slot_off, Dir, NR_PACKET, SLOT_DATA, SLOT_LEN};
 use crate::slot;
 
-/// How far ahead the receive loop prefetches slot headers.
-pub(crate) const PREFETCH_AHEAD: usize = 8;
-
 /// What a producer does with a frame longer than the agreed frame size.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Oversize {
@@ -25,8 +22,8 @@ pub(crate) enum Oversize {
 
 /// Receives up to `max` frames from ring `dir` starting at `*idx`.
 ///
-/// Batched: find the run of FILLED slots (their headers prefetched), allocate buffers for the
-/// whole run at once, copy, then hand all slots back. A slot with a bad length is counted in
+/// Batched: find the run of FILLED slots (independent loads, so their cache misses overlap),
+/// allocate buffers for the whole run at once, copy, then hand all slots back. A slot with a bad length is counted in
 /// `errors` and handed back empty.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -42,9 +39,11 @@ pub(crate) fn receive(
 ) -> usize {
     let max = max.min(MAX_BURST);
     let first = *idx;
+    // No prefetch ahead here: the slots past the FILLED frontier are the ones the host is
+    // writing, and pulling them into this core's cache makes the host wait for them back
+    // (measured: prefetching 8 slots ahead cost about a quarter of the 64-byte rate).
     let mut n = 0;
     while n < max {
-        region.prefetch(slot_off(dir, first + n + PREFETCH_AHEAD));
         if !slot::is_filled(region.u32(slot_off(dir, first + n))) {
             break;
         }

@@ -49,6 +49,31 @@ pub struct TesterConfig {
     pub burst: usize,
     pub host_cpu: Option<usize>,
     pub pmd_cpu: Option<usize>,
+    pub direction: Direction,
+}
+
+/// What the PMD thread runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// `rx_burst`, then `tx_burst` of what it received (the published method).
+    #[default]
+    Both,
+    /// `rx_burst` only; buffers are freed.
+    Rx,
+    /// `tx_burst` only, of freshly allocated frames.
+    Tx,
+}
+
+impl std::str::FromStr for Direction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "both" => Ok(Direction::Both),
+            "rx" => Ok(Direction::Rx),
+            "tx" => Ok(Direction::Tx),
+            _ => Err(format!("unknown direction '{s}' (expected both, rx or tx)")),
+        }
+    }
 }
 
 impl Default for TesterConfig {
@@ -62,6 +87,7 @@ impl Default for TesterConfig {
             burst: 32,
             host_cpu: None,
             pmd_cpu: None,
+            direction: Direction::Both,
         }
     }
 }
@@ -182,7 +208,9 @@ pub fn run(cfg: &TesterConfig, mut progress: impl FnMut(Variant, u32, &Sample)) 
 }
 
 /// The host emulator: serves resets, turns `up` slots FREE → FILLED (len = `size`) and `down`
-/// slots FILLED → FREE, as fast as it can, until `stop`.
+/// slots FILLED → FREE, as fast as it can, until `stop`. It prefetches nothing: reaching ahead
+/// pulls the very lines the PMD is about to touch into this core, and the measurement would then
+/// be of the emulator's interference rather than of the PMD.
 fn emulate_host(region: &Region, size: u32, stop: &AtomicBool) {
     let (mut up, mut down) = (0usize, 0usize);
     // Relaxed: a plain flag; nothing is published with it.
@@ -193,7 +221,6 @@ fn emulate_host(region: &Region, size: u32, stop: &AtomicBool) {
         }
         for _ in 0..32 {
             let off = slot_off(Dir::Up, up);
-            region.prefetch_write(slot_off(Dir::Up, up + 8));
             if !slot::claim_single(region.u32(off)) {
                 break;
             }
@@ -204,7 +231,6 @@ fn emulate_host(region: &Region, size: u32, stop: &AtomicBool) {
         }
         for _ in 0..32 {
             let off = slot_off(Dir::Down, down);
-            region.prefetch(slot_off(Dir::Down, down + 8));
             if !slot::is_filled(region.u32(off)) {
                 break;
             }
@@ -244,6 +270,7 @@ pub fn run_once(
         let (mut rxq, mut txq) = port.take_queue_pair(pool).map_err(|e| TesterError::Setup(e.to_string()))?;
         let phase = Arc::new(AtomicU32::new(0));
         let burst = cfg.burst;
+        let direction = cfg.direction;
         let pmd = {
             let (phase, pool) = (phase.clone(), pool.clone());
             std::thread::Builder::new()
@@ -264,9 +291,22 @@ pub fn run_once(
                                 break;
                             }
                         }
-                        if rxq.burst(&mut pkts, burst) > 0 {
-                            txq.burst(&mut pkts);
-                            cache.free_all(&mut pkts);
+                        match direction {
+                            Direction::Rx => {
+                                rxq.burst(&mut pkts, burst);
+                                cache.free_all(&mut pkts);
+                            }
+                            Direction::Tx => {
+                                let want = burst - pkts.len(); cache.alloc_up_to(&mut pkts, want);
+                                for m in pkts.iter_mut() { m.set_len(size as usize); }
+                                txq.burst(&mut pkts);
+                            }
+                            Direction::Both => {
+                                if rxq.burst(&mut pkts, burst) > 0 {
+                                    txq.burst(&mut pkts);
+                                    cache.free_all(&mut pkts);
+                                }
+                            }
                         }
                     }
                     Ok::<_, memnic_shm::ShmError>(marks)
