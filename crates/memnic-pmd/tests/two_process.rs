@@ -14,7 +14,8 @@ use common::{ChildGuard, Receiver, Sender, ShmName, DOWN, ENV_ROLE, ENV_SEED, EN
 use memnic_ethdev::{Port, QueueStats};
 use memnic_pmd::{GuestConfig, GuestPort, HostConfig, HostPort, Variant};
 
-const TIMEOUT: Duration = Duration::from_secs(60);
+/// A bound on the whole exchange (a debug build moves the million frames in well under it).
+const TIMEOUT: Duration = Duration::from_secs(90);
 
 fn variant_name(v: Variant) -> &'static str {
     v.name()
