@@ -115,8 +115,16 @@ fn slot_offsets_match_the_spec() {
     assert_eq!(SLOT_LEN, 4);
     assert_eq!(SLOT_DATA, 8);
     for i in 0..NR_PACKET {
-        assert_eq!(slot_off(Dir::Up, i), 0x20_0000 + i * SPEC_SLOT, "up slot {i}");
-        assert_eq!(slot_off(Dir::Down, i), 0xA0_0000 + i * SPEC_SLOT, "down slot {i}");
+        assert_eq!(
+            slot_off(Dir::Up, i),
+            0x20_0000 + i * SPEC_SLOT,
+            "up slot {i}"
+        );
+        assert_eq!(
+            slot_off(Dir::Down, i),
+            0xA0_0000 + i * SPEC_SLOT,
+            "down slot {i}"
+        );
         assert_eq!(slot_off(Dir::Up, i) % 4096, 0, "slots are 4 KiB aligned");
     }
     assert_eq!(slot_off(Dir::Up, 1023), 0x5F_F000);
@@ -173,7 +181,11 @@ fn host_lays_out_a_fresh_region() {
     let host = HostPort::create("h", &HostConfig::new(shm.name())).unwrap();
     let b = read_region(&shm);
     let mac = check_fresh_header(&b, FEAT_ALL);
-    assert_eq!(host.info().mac.0, mac, "the port reports the MAC in the header");
+    assert_eq!(
+        host.info().mac.0,
+        mac,
+        "the port reports the MAC in the header"
+    );
     assert_eq!(host.info().max_frame_len, 1518);
     assert!(!host.link().up, "no link before a guest reset");
     // The file is exactly the spec's size: no tail beyond 0x1000000.

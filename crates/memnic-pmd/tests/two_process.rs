@@ -113,10 +113,7 @@ fn run_guest() {
         .unwrap()
         .parse()
         .unwrap();
-    let count: u64 = std::env::var("MEMNIC_TEST_COUNT")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let count: u64 = std::env::var("MEMNIC_TEST_COUNT").unwrap().parse().unwrap();
     let mut cfg = GuestConfig::new(&shm);
     cfg.variant = variant;
     cfg.reset_timeout = Duration::from_secs(20);

@@ -333,7 +333,7 @@ impl Region {
     #[inline(always)]
     fn check(&self, offset: usize, size: usize, align: usize) -> Result<()> {
         match offset.checked_add(size) {
-            Some(end) if end <= self.len && offset % align == 0 => Ok(()),
+            Some(end) if end <= self.len && offset.is_multiple_of(align) => Ok(()),
             _ => Err(ShmError::OutOfBounds {
                 offset,
                 size,

@@ -156,7 +156,10 @@ pub fn fill(buf: &mut [u8], seq: u64, salt: u64) {
 /// Checks a received frame; returns its sequence number.
 pub fn check(frame: &[u8]) -> Result<u64, String> {
     if frame.len() < 16 {
-        return Err(format!("frame of {} bytes is shorter than the header", frame.len()));
+        return Err(format!(
+            "frame of {} bytes is shorter than the header",
+            frame.len()
+        ));
     }
     let seq = u64::from_le_bytes(frame[0..8].try_into().expect("8"));
     let len = u32::from_le_bytes(frame[8..12].try_into().expect("4")) as usize;
@@ -290,7 +293,12 @@ impl Receiver {
     /// One rx_burst; every frame is checked (panics on the first bad one).
     pub fn poll(&mut self, rxq: &mut dyn RxQueue) -> usize {
         let n = rxq.rx_burst(&mut self.buf, 32);
-        assert_eq!(n, self.buf.len(), "rx_burst returned {n} but appended {}", self.buf.len());
+        assert_eq!(
+            n,
+            self.buf.len(),
+            "rx_burst returned {n} but appended {}",
+            self.buf.len()
+        );
         for m in self.buf.drain(..) {
             if let Err(e) = Self::accept(
                 m.data(),
