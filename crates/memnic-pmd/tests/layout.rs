@@ -80,7 +80,7 @@ fn header_offsets_match_the_spec() {
     assert_eq!(HDR_MAC + 8, HDR_FRAMESZ);
     assert_eq!(HDR_FRAMESZ + 4, HDR_SIZE);
     // The header (with its 1 MiB pad) ends where up.info starts.
-    assert!(HDR_SIZE <= UP_INFO_OFF);
+    const { assert!(HDR_SIZE <= UP_INFO_OFF) };
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn area_and_info_offsets_match_the_spec() {
     // The packet arrays: 4 MiB each, followed by the unused tails.
     assert_eq!(UP_PACKETS_OFF + NR_PACKET * MAX_PACKET_SIZE, 0x60_0000);
     assert_eq!(DOWN_PACKETS_OFF + NR_PACKET * MAX_PACKET_SIZE, 0xE0_0000);
-    assert!(0xE0_0000 < AREA_SIZE);
+    const { assert!(0xE0_0000 < AREA_SIZE) };
     // The down area starts 8 MiB in (7 MiB up area + 1 MiB reserved): the layout is symmetric.
     assert_eq!(DOWN_INFO_OFF - UP_INFO_OFF, 0x80_0000);
     assert_eq!(DOWN_PACKETS_OFF - UP_PACKETS_OFF, 0x80_0000);

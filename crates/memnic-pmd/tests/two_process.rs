@@ -56,7 +56,7 @@ fn run_host(child_test: &str, variant: Variant, count: u64) {
             txq.tx_burst(&mut idle);
         }
         spins += 1;
-        if spins % 4096 == 0 {
+        if spins.is_multiple_of(4096) {
             child.check_alive_or_ok();
             if Instant::now() > deadline {
                 child.fail(&format!(
@@ -131,7 +131,7 @@ fn run_guest() {
         rx.poll(&mut *rxq);
         tx.poll(&mut *txq);
         spins += 1;
-        if spins % 4096 == 0 && Instant::now() > deadline {
+        if spins.is_multiple_of(4096) && Instant::now() > deadline {
             panic!(
                 "guest timed out: sent {} of {count}, received {} of {count}",
                 tx.taken, rx.count

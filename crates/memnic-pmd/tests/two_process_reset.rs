@@ -64,7 +64,7 @@ fn poll_guest_reset_while_host_sends() {
             txq.tx_burst(&mut idle);
         }
         spins += 1;
-        if spins % 1024 != 0 {
+        if !spins.is_multiple_of(1024) {
             continue;
         }
         if !told && tx.done() && host.resets() >= 2 {
@@ -217,7 +217,7 @@ fn poll_child_guest_resets() {
             }
         }
         spins += 1;
-        if spins % 4096 == 0 && Instant::now() > deadline {
+        if spins.is_multiple_of(4096) && Instant::now() > deadline {
             panic!(
                 "guest timed out: sent {} of {M_DOWN}, received {}, reset at {seq_at_reset:?}, \
                  reset done {}, host {expected:?}",
