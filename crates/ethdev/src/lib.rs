@@ -141,6 +141,22 @@ pub trait Port: Send {
     fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError>;
     /// Snapshots of the counters of every queue taken so far: (rx, tx).
     fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>);
+    /// Control-path work the control thread does between stats ticks (for example serving a
+    /// peer's reset request when no lcore polls the queue that would). Never on the data path.
+    fn service(&mut self) {}
+    /// The shared memory behind queue `q` (`rx` or tx): (region, offset, length) ranges, so the
+    /// caller can place them on a NUMA node. Empty when the driver has none of its own.
+    fn queue_memory(&self, _rx: bool, _q: u16) -> Vec<QueueMemory> {
+        Vec::new()
+    }
+}
+
+/// A range of a region that backs a queue's ring.
+#[derive(Debug, Clone)]
+pub struct QueueMemory {
+    pub region: std::sync::Arc<memnic_shm::Region>,
+    pub offset: usize,
+    pub len: usize,
 }
 
 #[cfg(test)]

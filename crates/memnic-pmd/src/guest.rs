@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memnic_ethdev::{
-    LinkStatus, MacAddr, Mbuf, Mempool, PoolCache, Port, PortError, PortInfo, QueueStats, RxQueue,
-    StatsCell, TxQueue, MAX_BURST,
+    LinkStatus, MacAddr, Mbuf, Mempool, PoolCache, Port, PortError, PortInfo, QueueMemory,
+    QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST,
 };
 use memnic_shm::Region;
 
@@ -306,6 +306,18 @@ impl Port for GuestPort {
             self.rx_cells.iter().map(|c| c.snapshot()).collect(),
             self.tx_cells.iter().map(|c| c.snapshot()).collect(),
         )
+    }
+
+    fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {
+        if q != 0 {
+            return Vec::new();
+        }
+        let dir = if rx { Dir::Up } else { Dir::Down };
+        vec![QueueMemory {
+            region: self.shared.region.clone(),
+            offset: dir.packets_off(),
+            len: NR_PACKET * MAX_PACKET_SIZE,
+        }]
     }
 }
 

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
 use memnic_ethdev::{
-    LinkStatus, MacAddr, Mbuf, Mempool, PoolCache, Port, PortError, PortInfo, QueueStats, RxQueue,
-    StatsCell, TxQueue,
+    LinkStatus, MacAddr, Mbuf, Mempool, PoolCache, Port, PortError, PortInfo, QueueMemory,
+    QueueStats, RxQueue, StatsCell, TxQueue,
 };
 use memnic_shm::Region;
 
@@ -158,6 +158,8 @@ pub struct HostPort {
     mac: MacAddr,
     shared: Arc<HostShared>,
     rx_taken: bool,
+    /// A reset being served by `service` (no rx queue taken).
+    service_pending: Option<u64>,
     rx_cells: Vec<Arc<StatsCell>>,
     tx_cells: Vec<Arc<StatsCell>>,
 }
@@ -191,6 +193,7 @@ impl HostPort {
             mac,
             shared,
             rx_taken: false,
+            service_pending: None,
             rx_cells: Vec::new(),
             tx_cells: Vec::new(),
         })
@@ -295,6 +298,28 @@ impl Port for HostPort {
             self.tx_cells.iter().map(|c| c.snapshot()).collect(),
         )
     }
+
+    /// Serves the guest's resets from the control thread while no lcore polls the rx queue
+    /// (txonly forwarding); otherwise the rx queue serves them.
+    fn service(&mut self) {
+        if !self.rx_taken
+            && (self.service_pending.is_some() || reset_requested(&self.shared.region))
+        {
+            self.shared.reset_step(&mut self.service_pending);
+        }
+    }
+
+    fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {
+        let dir = if rx { Dir::Down } else { Dir::Up };
+        if (rx && q != 0) || q >= MAX_HOST_TX_QUEUES {
+            return Vec::new();
+        }
+        vec![QueueMemory {
+            region: self.shared.region.clone(),
+            offset: dir.packets_off(),
+            len: NR_PACKET * MAX_PACKET_SIZE,
+        }]
+    }
 }
 
 /// Receives from `down` and serves the guest's reset requests.
@@ -308,34 +333,43 @@ pub struct HostRxQueue {
     pending_reset: Option<u64>,
 }
 
+impl HostShared {
+    /// One step of serving the guest's reset request: park the tx queues, and once they are all
+    /// parked sweep the rings and answer. Returns the outcome when the reset was served.
+    fn reset_step(&self, pending: &mut Option<u64>) -> Option<ResetOutcome> {
+        let g = match *pending {
+            Some(g) => g,
+            None => {
+                self.region.u32(HDR_VALID).store(0, Relaxed);
+                let g = self.gate.begin();
+                *pending = Some(g);
+                g
+            }
+        };
+        if !self.gate.all_parked(g) {
+            return None;
+        }
+        let out = serve_reset(&self.region, self.frame_size_feature);
+        // Relaxed: tx queues are parked; `finish` below publishes these with Release.
+        self.up_head.0.store(0, Relaxed);
+        self.framesz.store(out.framesz, Relaxed);
+        self.reset_discards.fetch_add(out.discarded.0, Relaxed);
+        self.resets.fetch_add(1, Relaxed);
+        self.gate.finish(g);
+        *pending = None;
+        Some(out)
+    }
+}
+
 impl HostRxQueue {
     #[cold]
     #[inline(never)]
     fn reset_step(&mut self) {
-        let sh = &*self.shared;
-        let g = match self.pending_reset {
-            Some(g) => g,
-            None => {
-                sh.region.u32(HDR_VALID).store(0, Relaxed);
-                let g = sh.gate.begin();
-                self.pending_reset = Some(g);
-                g
-            }
-        };
-        if !sh.gate.all_parked(g) {
-            return;
+        if let Some(out) = self.shared.reset_step(&mut self.pending_reset) {
+            self.idx = 0;
+            // Frames the guest sent that we never received count as our rx drops.
+            self.stats.drops += out.discarded.1;
         }
-        let out = serve_reset(&sh.region, sh.frame_size_feature);
-        self.idx = 0;
-        // Relaxed: tx queues are parked; `finish` below publishes these with Release.
-        sh.up_head.0.store(0, Relaxed);
-        sh.framesz.store(out.framesz, Relaxed);
-        sh.reset_discards.fetch_add(out.discarded.0, Relaxed);
-        sh.resets.fetch_add(1, Relaxed);
-        // Frames the guest sent that we never received count as our rx drops.
-        self.stats.drops += out.discarded.1;
-        sh.gate.finish(g);
-        self.pending_reset = None;
     }
 }
 
