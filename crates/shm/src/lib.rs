@@ -11,6 +11,7 @@
 //! touches memory, so no value a peer writes can make this crate read or write outside a mapping.
 
 pub mod cpu;
+pub mod numa;
 mod region;
 
 pub use region::{Backing, Region, HUGE_PAGE_SIZE};
@@ -39,6 +40,10 @@ pub enum ShmError {
         size: usize,
         len: usize,
     },
+    #[error("this kernel has no NUMA support ({op} returned ENOSYS), so memory stays where the kernel puts it")]
+    NoNuma { op: &'static str },
+    #[error("NUMA node {node} does not exist or this process may not use it (see /sys/devices/system/node/online)")]
+    NumaNodeUnavailable { node: usize },
 }
 
 pub type Result<T> = std::result::Result<T, ShmError>;
