@@ -1,0 +1,2 @@
+//! NUMA topology and testpmd's placement rules (work in progress).
+#![forbid(unsafe_code)]
