@@ -418,16 +418,6 @@ pub struct HostTxQueue {
 }
 
 impl HostTxQueue {
-    #[cold]
-    #[inline(never)]
-    fn drop_all(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
-        let n = pkts.len();
-        self.stats.drops += n as u64;
-        self.cache.free_all(pkts);
-        self.cell.publish(&self.stats);
-        n
-    }
-
     /// Compare-and-swap claims on the shared head, with the v1 false-positive retry.
     fn transmit_shared(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         let region = &*self.shared.region;
@@ -487,7 +477,8 @@ impl TxQueue for HostTxQueue {
     fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         match self.gate.check() {
             GateState::Run => {}
-            GateState::Parked => return self.drop_all(pkts),
+            // Link down (reset under way): take nothing; the caller retries or drops (DPDK tx).
+            GateState::Parked => return 0,
             GateState::Restart => {
                 // Relaxed: ordered after the Acquire in `check`, which pairs with `finish`.
                 self.framesz = self.shared.framesz.load(Relaxed);
@@ -497,7 +488,7 @@ impl TxQueue for HostTxQueue {
         let region = &*self.shared.region;
         // Acquire pairs with serve_reset's Release store of valid = 1 (the swept rings).
         if region.u32(HDR_VALID).load(Acquire) == 0 {
-            return self.drop_all(pkts);
+            return 0; // link down: back-pressure, as above
         }
         // Relaxed: fixed once queues are set up.
         let n = if self.shared.producers.load(Relaxed) > 1 {

@@ -1,0 +1,471 @@
+//! testpmd-style forwarding: streams (rx port/queue → tx port/queue) owned by lcores pinned to
+//! CPUs, forwarding modes, generation and verification, and counters the control thread reads.
+//!
+//! The control thread owns the ports and never touches a queue: each queue is moved into the one
+//! stream that uses it, each stream into the one lcore that runs it. Counters flow back through
+//! per-stream snapshot cells.
+#![forbid(unsafe_code)]
+
+pub mod pkt;
+pub mod report;
+mod stream;
+pub mod verify;
+
+pub use stream::{Stream, StreamCounters, StreamSpec};
+pub use verify::{Verifier, VerifyCounts};
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use memnic_ethdev::{MacAddr, Mempool, Port, PortError, QueueStats};
+
+/// Forwarding modes (testpmd's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FwdMode {
+    /// Forward as received.
+    Io,
+    /// Rewrite destination MAC to the peer's (`--eth-peer`) and source MAC to the tx port's.
+    Mac,
+    /// Swap source and destination MACs.
+    MacSwap,
+    /// Receive and free (count, and verify with `--verify`).
+    RxOnly,
+    /// Generate UDP frames of `--txpkts` bytes (sequence-numbered with `--verify`).
+    TxOnly,
+    /// Generate frames over many IP flows; receive and free.
+    FlowGen,
+}
+
+impl FwdMode {
+    pub const ALL: [FwdMode; 6] = [
+        FwdMode::Io,
+        FwdMode::Mac,
+        FwdMode::MacSwap,
+        FwdMode::RxOnly,
+        FwdMode::TxOnly,
+        FwdMode::FlowGen,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FwdMode::Io => "io",
+            FwdMode::Mac => "mac",
+            FwdMode::MacSwap => "macswap",
+            FwdMode::RxOnly => "rxonly",
+            FwdMode::TxOnly => "txonly",
+            FwdMode::FlowGen => "flowgen",
+        }
+    }
+}
+
+impl std::str::FromStr for FwdMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FwdMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown forwarding mode '{s}' (available: {})",
+                    FwdMode::ALL.map(|m| m.name()).join(", ")
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for FwdMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How ports pair up (testpmd's `--port-topology`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// 0↔1, 2↔3, …; an odd last port forwards to itself.
+    Paired,
+    /// 0→1→2→…→0.
+    Chained,
+    /// Each port to itself.
+    Loop,
+}
+
+impl std::str::FromStr for Topology {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "paired" => Ok(Topology::Paired),
+            "chained" => Ok(Topology::Chained),
+            "loop" => Ok(Topology::Loop),
+            _ => Err(format!(
+                "unknown port topology '{s}' (available: paired, chained, loop)"
+            )),
+        }
+    }
+}
+
+/// The port a port's received frames go out of.
+pub fn peer_port(p: u16, nb_ports: u16, topo: Topology) -> u16 {
+    match topo {
+        Topology::Loop => p,
+        Topology::Chained => (p + 1) % nb_ports,
+        Topology::Paired => {
+            let peer = p ^ 1;
+            if peer < nb_ports {
+                peer
+            } else {
+                p
+            }
+        }
+    }
+}
+
+/// Streams as testpmd builds them: for each port, for each rx queue, rx (port, q) → tx (peer, q).
+pub fn plan_streams(nb_ports: u16, nb_queues: u16, topo: Topology) -> Vec<StreamSpec> {
+    let mut v = Vec::new();
+    for p in 0..nb_ports {
+        for q in 0..nb_queues {
+            v.push(StreamSpec {
+                rx_port: p,
+                rx_queue: q,
+                tx_port: peer_port(p, nb_ports, topo),
+                tx_queue: q,
+            });
+        }
+    }
+    v
+}
+
+/// Splits `n` streams over `lcores` lcores in contiguous runs, as testpmd does: each gets
+/// `n / lcores`, the first `n % lcores` one more. With more lcores than streams, the extra lcores
+/// get none.
+pub fn distribute(n: usize, lcores: usize) -> Vec<std::ops::Range<usize>> {
+    let lcores = lcores.max(1);
+    let (per, extra) = (n / lcores, n % lcores);
+    let mut start = 0;
+    (0..lcores)
+        .map(|i| {
+            let len = per + usize::from(i < extra);
+            let r = start..start + len;
+            start += len;
+            r
+        })
+        .collect()
+}
+
+/// What the lcores run.
+#[derive(Debug, Clone)]
+pub struct FwdConfig {
+    pub mode: FwdMode,
+    pub burst: usize,
+    /// Frame length for the generators.
+    pub txpkts: usize,
+    /// Generators write sequence numbers and checksums; receivers check them; generators retry
+    /// what the tx queue hands back instead of dropping it.
+    pub verify: bool,
+    /// Destination MAC per tx port for `mac` mode and the generators (`--eth-peer`).
+    pub eth_peer: BTreeMap<u16, MacAddr>,
+    /// Number of IP flows for `flowgen`.
+    pub flows: u32,
+}
+
+impl Default for FwdConfig {
+    fn default() -> Self {
+        FwdConfig {
+            mode: FwdMode::Io,
+            burst: 32,
+            txpkts: 64,
+            verify: false,
+            eth_peer: BTreeMap::new(),
+            flows: 1024,
+        }
+    }
+}
+
+impl FwdConfig {
+    /// The peer MAC for tx port `p`: `--eth-peer` or testpmd's default 02:00:00:00:00:PP.
+    pub fn peer_mac(&self, p: u16) -> MacAddr {
+        self.eth_peer
+            .get(&p)
+            .copied()
+            .unwrap_or(MacAddr([2, 0, 0, 0, 0, p as u8]))
+    }
+}
+
+/// One forwarding lcore: a thread pinned to `cpu`.
+pub struct Lcore {
+    pub id: usize,
+    pub cpu: usize,
+    streams: Vec<Stream>,
+}
+
+/// Errors setting up or running the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum FwdError {
+    #[error(transparent)]
+    Port(#[from] PortError),
+    #[error("cannot start lcore {lcore} on CPU {cpu}: {why}")]
+    Lcore {
+        lcore: usize,
+        cpu: usize,
+        why: String,
+    },
+    #[error("forwarding is already running")]
+    Running,
+    #[error("forwarding is not running")]
+    Stopped,
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A port and its name, owned by the control thread.
+pub struct PortEntry {
+    pub port: Box<dyn Port>,
+}
+
+/// Ports, streams and lcores.
+pub struct Engine {
+    pub ports: Vec<PortEntry>,
+    pub cfg: FwdConfig,
+    lcores: Vec<Lcore>,
+    running: Arc<AtomicBool>,
+    threads: Vec<(usize, usize, JoinHandle<Vec<Stream>>)>,
+    /// Per-stream counter cells in stream order, readable while running.
+    cells: Vec<(StreamSpec, Arc<stream::StreamCell>)>,
+    /// Counters of streams as of the last clear.
+    base: Vec<StreamCounters>,
+}
+
+/// Where the rx and tx queues of one stream get their buffers.
+pub struct QueuePools {
+    pub rx: Mempool,
+    pub tx: Mempool,
+}
+
+impl Engine {
+    /// Takes every queue of `streams` from `ports`, builds the streams and spreads them over
+    /// `lcore_cpus` (lcore i runs on CPU `lcore_cpus[i]`). `pools(spec, lcore)` says where each
+    /// stream's buffers come from.
+    pub fn new(
+        mut ports: Vec<Box<dyn Port>>,
+        cfg: FwdConfig,
+        specs: Vec<StreamSpec>,
+        lcore_cpus: &[usize],
+        mut pools: impl FnMut(&StreamSpec, usize) -> QueuePools,
+    ) -> Result<Engine, FwdError> {
+        if lcore_cpus.is_empty() {
+            return Err(FwdError::Config("no forwarding lcore".into()));
+        }
+        let ranges = distribute(specs.len(), lcore_cpus.len());
+        let mut lcores: Vec<Lcore> = lcore_cpus
+            .iter()
+            .enumerate()
+            .map(|(id, &cpu)| Lcore {
+                id,
+                cpu,
+                streams: Vec::new(),
+            })
+            .collect();
+        let mut cells = Vec::new();
+        for (li, r) in ranges.iter().enumerate() {
+            for si in r.clone() {
+                let spec = specs[si];
+                let qp = pools(&spec, li);
+                let rxq = ports[spec.rx_port as usize].take_rx_queue(spec.rx_queue, &qp.rx)?;
+                let txq = ports[spec.tx_port as usize].take_tx_queue(spec.tx_queue, &qp.tx)?;
+                let tx_mac = ports[spec.tx_port as usize].info().mac;
+                let s = Stream::new(spec, si as u16, rxq, txq, qp.tx.cache(), tx_mac);
+                cells.push((spec, s.cell()));
+                lcores[li].streams.push(s);
+            }
+        }
+        let base = vec![StreamCounters::default(); cells.len()];
+        let ports = ports.drain(..).map(|port| PortEntry { port }).collect();
+        Ok(Engine {
+            ports,
+            cfg,
+            lcores,
+            running: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            cells,
+            base,
+        })
+    }
+
+    pub fn is_running(&self) -> bool {
+        !self.threads.is_empty()
+    }
+
+    pub fn lcores(&self) -> impl Iterator<Item = (&Lcore, Vec<StreamSpec>)> {
+        self.lcores
+            .iter()
+            .map(|l| (l, l.streams.iter().map(|s| s.spec).collect()))
+    }
+
+    /// Starts forwarding; with `tx_first`, every stream first sends one burst of generated frames.
+    pub fn start(&mut self, tx_first: bool) -> Result<(), FwdError> {
+        if self.is_running() {
+            return Err(FwdError::Running);
+        }
+        // Relaxed: the flag only tells lcores when to stop; the thread spawn orders the rest.
+        self.running.store(true, Relaxed);
+        for l in &mut self.lcores {
+            let streams = std::mem::take(&mut l.streams);
+            let (running, cfg, cpu, id) = (self.running.clone(), self.cfg.clone(), l.cpu, l.id);
+            let h = std::thread::Builder::new()
+                .name(format!("lcore-{id}"))
+                .spawn(move || lcore_main(cpu, streams, cfg, tx_first, &running))
+                .map_err(|e| FwdError::Lcore {
+                    lcore: id,
+                    cpu,
+                    why: e.to_string(),
+                })?;
+            self.threads.push((id, cpu, h));
+        }
+        Ok(())
+    }
+
+    /// Stops forwarding and takes the streams back (their queues stay taken).
+    pub fn stop(&mut self) -> Result<(), FwdError> {
+        if !self.is_running() {
+            return Err(FwdError::Stopped);
+        }
+        self.running.store(false, Relaxed);
+        for (id, cpu, h) in self.threads.drain(..) {
+            let streams = h.join().map_err(|_| FwdError::Lcore {
+                lcore: id,
+                cpu,
+                why: "it panicked".into(),
+            })?;
+            self.lcores[id].streams = streams;
+        }
+        Ok(())
+    }
+
+    /// Control-path work of every port (between stats ticks).
+    pub fn service(&mut self) {
+        for p in &mut self.ports {
+            p.port.service();
+        }
+    }
+
+    /// Per-stream counters since the last clear, in stream order.
+    pub fn stream_counters(&self) -> Vec<(StreamSpec, StreamCounters)> {
+        self.cells
+            .iter()
+            .zip(&self.base)
+            .map(|((spec, c), b)| (*spec, c.snapshot().since(b)))
+            .collect()
+    }
+
+    /// Driver counters of each port: (rx, tx) summed over queues, since the last clear.
+    pub fn port_counters(&self) -> Vec<(QueueStats, QueueStats)> {
+        self.ports
+            .iter()
+            .map(|p| {
+                let (rx, tx) = p.port.queue_stats();
+                let mut r = QueueStats::default();
+                let mut t = QueueStats::default();
+                rx.iter().for_each(|s| r.add(s));
+                tx.iter().for_each(|s| t.add(s));
+                (r, t)
+            })
+            .collect()
+    }
+
+    /// Zeroes the forwarding counters (driver counters are cumulative; callers keep their base).
+    pub fn clear_stream_counters(&mut self) {
+        self.base = self.cells.iter().map(|(_, c)| c.snapshot()).collect();
+    }
+
+    /// Changes the forwarding mode (only while stopped).
+    pub fn set_mode(&mut self, mode: FwdMode) -> Result<(), FwdError> {
+        if self.is_running() {
+            return Err(FwdError::Running);
+        }
+        self.cfg.mode = mode;
+        Ok(())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if self.is_running() {
+            let _ = self.stop();
+        }
+    }
+}
+
+impl std::ops::Deref for PortEntry {
+    type Target = dyn Port;
+    fn deref(&self) -> &Self::Target {
+        &*self.port
+    }
+}
+
+fn lcore_main(
+    cpu: usize,
+    mut streams: Vec<Stream>,
+    cfg: FwdConfig,
+    tx_first: bool,
+    running: &AtomicBool,
+) -> Vec<Stream> {
+    if let Err(e) = memnic_shm::cpu::pin_current_thread(cpu) {
+        eprintln!("warning: {e}; this lcore runs unpinned");
+    }
+    if tx_first {
+        for s in &mut streams {
+            s.generate(&cfg, false);
+        }
+    }
+    // Relaxed: see Engine::start.
+    while running.load(Relaxed) {
+        for s in &mut streams {
+            s.forward(&cfg);
+        }
+    }
+    for s in &mut streams {
+        s.drain();
+    }
+    streams
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_pair_ports_like_testpmd() {
+        let s = plan_streams(2, 2, Topology::Paired);
+        let v: Vec<_> = s
+            .iter()
+            .map(|s| (s.rx_port, s.rx_queue, s.tx_port, s.tx_queue))
+            .collect();
+        assert_eq!(v, [(0, 0, 1, 0), (0, 1, 1, 1), (1, 0, 0, 0), (1, 1, 0, 1)]);
+        assert_eq!(peer_port(2, 3, Topology::Paired), 2, "odd last port loops");
+        assert_eq!(peer_port(2, 3, Topology::Chained), 0);
+        assert_eq!(peer_port(1, 3, Topology::Loop), 1);
+    }
+
+    #[test]
+    fn distribution_is_contiguous_with_the_remainder_first() {
+        assert_eq!(distribute(5, 2), [0..3, 3..5]);
+        assert_eq!(distribute(4, 4), [0..1, 1..2, 2..3, 3..4]);
+        assert_eq!(distribute(1, 3), [0..1, 1..1, 1..1]);
+    }
+
+    #[test]
+    fn mode_names() {
+        for m in FwdMode::ALL {
+            assert_eq!(m.name().parse::<FwdMode>().unwrap(), m);
+        }
+        let e = "fast".parse::<FwdMode>().unwrap_err();
+        assert_eq!(
+            e,
+            "unknown forwarding mode 'fast' (available: io, mac, macswap, rxonly, txonly, flowgen)"
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! One forwarding stream: rx (port, queue) → tx (port, queue), run by one lcore.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use memnic_ethdev::{MacAddr, Mbuf, PoolCache, RxQueue, TxQueue, MAX_BURST};
+
+use crate::pkt::{self, HDRS, IP_DST, IP_SRC};
+use crate::verify::{Verifier, VerifyCounts};
+use crate::{FwdConfig, FwdMode};
+
+/// Which queues a stream connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct StreamSpec {
+    pub rx_port: u16,
+    pub rx_queue: u16,
+    pub tx_port: u16,
+    pub tx_queue: u16,
+}
+
+/// Forwarding counters of one stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StreamCounters {
+    pub rx: u64,
+    pub tx: u64,
+    /// Frames the tx queue did not take and the mode dropped.
+    pub dropped: u64,
+    pub verify: VerifyCounts,
+}
+
+impl StreamCounters {
+    /// `self - base`, counter by counter.
+    pub fn since(&self, base: &StreamCounters) -> StreamCounters {
+        let v = &self.verify;
+        let b = &base.verify;
+        StreamCounters {
+            rx: self.rx - base.rx,
+            tx: self.tx - base.tx,
+            dropped: self.dropped - base.dropped,
+            verify: VerifyCounts {
+                good: v.good - b.good,
+                lost: v.lost.saturating_sub(b.lost),
+                corrupted: v.corrupted - b.corrupted,
+                duplicated: v.duplicated - b.duplicated,
+                reordered: v.reordered - b.reordered,
+            },
+        }
+    }
+
+    pub fn add(&mut self, o: &StreamCounters) {
+        self.rx += o.rx;
+        self.tx += o.tx;
+        self.dropped += o.dropped;
+        self.verify.add(&o.verify);
+    }
+}
+
+/// A stream's counters, published by its lcore after each iteration (single writer, plain
+/// stores), read by the control thread.
+#[derive(Default)]
+#[repr(align(64))]
+pub(crate) struct StreamCell {
+    v: [AtomicU64; 8],
+}
+
+impl StreamCell {
+    fn publish(&self, c: &StreamCounters) {
+        let vals = [
+            c.rx,
+            c.tx,
+            c.dropped,
+            c.verify.good,
+            c.verify.lost,
+            c.verify.corrupted,
+            c.verify.duplicated,
+            c.verify.reordered,
+        ];
+        for (a, v) in self.v.iter().zip(vals) {
+            // Relaxed: counters are read independently; a reader needs no order between them.
+            a.store(v, Relaxed);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> StreamCounters {
+        // Relaxed: pairs with the Relaxed stores in publish().
+        let g = |i: usize| self.v[i].load(Relaxed);
+        StreamCounters {
+            rx: g(0),
+            tx: g(1),
+            dropped: g(2),
+            verify: VerifyCounts {
+                good: g(3),
+                lost: g(4),
+                corrupted: g(5),
+                duplicated: g(6),
+                reordered: g(7),
+            },
+        }
+    }
+}
+
+/// A stream and everything its lcore needs to run it.
+pub struct Stream {
+    pub spec: StreamSpec,
+    rxq: Box<dyn RxQueue>,
+    txq: Box<dyn TxQueue>,
+    /// Buffers for generated frames, and the home of freed ones.
+    cache: PoolCache,
+    tx_mac: MacAddr,
+    /// This stream's flow id in generated frames, and the session that tells restarts apart.
+    flow: u16,
+    session: u16,
+    seq: u64,
+    flow_cursor: u32,
+    pkts: Vec<Mbuf>,
+    /// Generated frames the tx queue handed back, sent first next time (verify mode).
+    pending: Vec<Mbuf>,
+    verifier: Verifier,
+    counters: StreamCounters,
+    cell: Arc<StreamCell>,
+}
+
+impl Stream {
+    pub(crate) fn new(
+        spec: StreamSpec,
+        flow: u16,
+        rxq: Box<dyn RxQueue>,
+        txq: Box<dyn TxQueue>,
+        cache: PoolCache,
+        tx_mac: MacAddr,
+    ) -> Stream {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Stream {
+            spec,
+            rxq,
+            txq,
+            cache,
+            tx_mac,
+            flow,
+            session: (nanos ^ std::process::id()) as u16,
+            seq: 0,
+            flow_cursor: 0,
+            pkts: Vec::with_capacity(MAX_BURST),
+            pending: Vec::with_capacity(MAX_BURST),
+            verifier: Verifier::new(),
+            counters: StreamCounters::default(),
+            cell: Arc::new(StreamCell::default()),
+        }
+    }
+
+    pub(crate) fn cell(&self) -> Arc<StreamCell> {
+        self.cell.clone()
+    }
+
+    /// One iteration of the mode.
+    #[inline]
+    pub(crate) fn forward(&mut self, cfg: &FwdConfig) {
+        match cfg.mode {
+            FwdMode::Io | FwdMode::Mac | FwdMode::MacSwap => self.relay(cfg),
+            FwdMode::RxOnly => self.receive(cfg),
+            FwdMode::TxOnly => self.generate(cfg, false),
+            FwdMode::FlowGen => {
+                self.receive(cfg);
+                self.generate(cfg, true);
+            }
+        }
+        self.cell.publish(&self.counters);
+    }
+
+    fn relay(&mut self, cfg: &FwdConfig) {
+        let n = self.rxq.rx_burst(&mut self.pkts, cfg.burst);
+        if n == 0 {
+            return;
+        }
+        self.counters.rx += n as u64;
+        match cfg.mode {
+            FwdMode::Mac => {
+                let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);
+                self.pkts
+                    .iter_mut()
+                    .for_each(|m| pkt::set_macs(m.data_mut(), dst, src));
+            }
+            FwdMode::MacSwap => self
+                .pkts
+                .iter_mut()
+                .for_each(|m| pkt::swap_macs(m.data_mut())),
+            _ => {}
+        }
+        let sent = self.txq.tx_burst(&mut self.pkts);
+        self.counters.tx += sent as u64;
+        if !self.pkts.is_empty() {
+            self.counters.dropped += self.pkts.len() as u64;
+            self.cache.free_all(&mut self.pkts);
+        }
+    }
+
+    fn receive(&mut self, cfg: &FwdConfig) {
+        let n = self.rxq.rx_burst(&mut self.pkts, cfg.burst);
+        if n == 0 {
+            return;
+        }
+        self.counters.rx += n as u64;
+        if cfg.verify {
+            for m in &self.pkts {
+                self.verifier.check(m.data());
+            }
+            self.counters.verify = self.verifier.counts;
+        }
+        self.cache.free_all(&mut self.pkts);
+    }
+
+    /// Builds a burst of frames (unless some are pending) and sends it. Frames the queue hands
+    /// back are retried next time under `verify` (no gaps in the sequence), dropped otherwise.
+    pub(crate) fn generate(&mut self, cfg: &FwdConfig, many_flows: bool) {
+        if self.pending.is_empty() {
+            let want = cfg.burst.min(MAX_BURST);
+            self.cache.alloc_up_to(&mut self.pending, want);
+            let len = cfg.txpkts;
+            let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);
+            for m in self.pending.iter_mut() {
+                if !m.set_len(len) {
+                    continue; // frames longer than the buffer: --mbuf-size is checked at start-up
+                }
+                let f = m.data_mut();
+                let ip_dst = if many_flows {
+                    self.flow_cursor = (self.flow_cursor + 1) % cfg.flows.max(1);
+                    let c = self.flow_cursor;
+                    [198, 18, (c >> 8) as u8, c as u8]
+                } else {
+                    IP_DST
+                };
+                pkt::write_headers(&mut f[..HDRS], dst, src, IP_SRC, ip_dst, len);
+                if cfg.verify {
+                    pkt::write_payload(f, self.seq, self.flow, self.session);
+                    self.seq += 1;
+                }
+            }
+        }
+        let sent = self.txq.tx_burst(&mut self.pending);
+        self.counters.tx += sent as u64;
+        if !cfg.verify && !self.pending.is_empty() {
+            self.counters.dropped += self.pending.len() as u64;
+            self.cache.free_all(&mut self.pending);
+        }
+    }
+
+    /// Frees what the stream still holds (at stop).
+    pub(crate) fn drain(&mut self) {
+        self.cache.free_all(&mut self.pkts);
+        self.cache.free_all(&mut self.pending);
+        self.cell.publish(&self.counters);
+    }
+}
