@@ -2,11 +2,16 @@
 #![forbid(unsafe_code)]
 
 mod tester;
+mod testpmd;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "memnic", version, about = "Shared-memory packet I/O: MEMNIC, memif, vhost-user")]
+#[command(
+    name = "memnic",
+    version,
+    about = "Shared-memory packet I/O: MEMNIC, memif, vhost-user"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -16,10 +21,12 @@ struct Cli {
 enum Cmd {
     /// memnic-tester: the 2014 MEMNIC PMD benchmark (Mpps per frame size)
     Tester(tester::Args),
+    /// testpmd-style forwarding and traffic generation on pinned lcores
+    Testpmd(testpmd::Args),
 }
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(testpmd::strip_separator(std::env::args())) {
         Ok(c) => c,
         Err(e) => {
             // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
@@ -29,6 +36,7 @@ fn main() {
     };
     let res = match cli.cmd {
         Cmd::Tester(a) => tester::main(a),
+        Cmd::Testpmd(a) => testpmd::main(a),
     };
     if let Err(msg) = res {
         eprintln!("memnic: {msg}");

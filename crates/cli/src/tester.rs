@@ -62,11 +62,19 @@ pub fn main(a: Args) -> Result<(), String> {
     if a.duration_ms == 0 {
         return Err("--duration-ms must be at least 1".into());
     }
-    let mut sizes = if a.sizes.is_empty() { SIZES.to_vec() } else { a.sizes.clone() };
+    let mut sizes = if a.sizes.is_empty() {
+        SIZES.to_vec()
+    } else {
+        a.sizes.clone()
+    };
     if a.jumbo && !sizes.contains(&JUMBO) {
         sizes.push(JUMBO);
     }
-    let variants = if a.compare { Variant::ALL.to_vec() } else { vec![a.variant] };
+    let variants = if a.compare {
+        Variant::ALL.to_vec()
+    } else {
+        vec![a.variant]
+    };
     let cfg = TesterConfig {
         variants: variants.clone(),
         sizes,
@@ -103,7 +111,10 @@ pub fn main(a: Args) -> Result<(), String> {
         eprint!("\r{:30}\r", "");
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
     } else if a.compare {
         print_compare(&rows, &cfg.sizes);
     } else {
@@ -113,7 +124,10 @@ pub fn main(a: Args) -> Result<(), String> {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("{:>6} | {:>22} | {:>22}", "size", "rx Mpps (min-max)", "tx Mpps (min-max)");
+    println!(
+        "{:>6} | {:>22} | {:>22}",
+        "size", "rx Mpps (min-max)", "tx Mpps (min-max)"
+    );
     println!("{:-<6}-+-{:-<22}-+-{:-<22}", "", "", "");
     for r in rows {
         println!(
@@ -129,10 +143,17 @@ fn print_compare(rows: &[Row], sizes: &[u32]) {
         "{:>6} | {:>20} | {:>20} | {:>20} | {:>8} | {:>8}",
         "size", "2014-before Mpps", "2014-after Mpps", "memnic Mpps", "after/bef", "memnic/af"
     );
-    println!("{:-<6}-+-{:-<20}-+-{:-<20}-+-{:-<20}-+-{:-<8}-+-{:-<8}", "", "", "", "", "", "");
+    println!(
+        "{:-<6}-+-{:-<20}-+-{:-<20}-+-{:-<20}-+-{:-<8}-+-{:-<8}",
+        "", "", "", "", "", ""
+    );
     let cell = |r: &Row| format!("{:.2} ({:.2}-{:.2})", r.mpps, r.mpps_min, r.mpps_max);
     for &s in sizes {
-        let (Some(b), Some(a), Some(m)) = (get("2014-before", s), get("2014-after", s), get("memnic", s)) else {
+        let (Some(b), Some(a), Some(m)) = (
+            get("2014-before", s),
+            get("2014-after", s),
+            get("memnic", s),
+        ) else {
             continue;
         };
         println!(

@@ -151,6 +151,44 @@ pub trait Port: Send {
     }
 }
 
+/// A driver: its name in devargs (`memnic` for `memnic0,...` and `net_memnic0,...`), the keys it
+/// accepts, and how it opens a port.
+pub struct Driver {
+    pub name: &'static str,
+    pub keys: &'static [&'static str],
+    pub open: fn(&Devargs) -> Result<Box<dyn Port>, Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// Opens the port described by `vdev` with the driver its name selects; an error is one
+/// sentence that names the port.
+pub fn open_vdev(drivers: &[Driver], vdev: &str) -> Result<Box<dyn Port>, String> {
+    let name = vdev.split(',').next().unwrap_or("").trim();
+    let probe = Devargs {
+        name: name.to_string(),
+        pairs: Vec::new(),
+    };
+    let wanted = probe.driver();
+    let Some(drv) = drivers.iter().find(|d| d.name == wanted) else {
+        if name.is_empty() || name.contains('=') {
+            return Err(DevargsError::Empty.to_string());
+        }
+        let known: Vec<&str> = drivers.iter().map(|d| d.name).collect();
+        return Err(format!(
+            "port '{name}': no driver '{wanted}' (available: {})",
+            known.join(", ")
+        ));
+    };
+    let args = Devargs::parse(vdev, drv.keys).map_err(|e| e.to_string())?;
+    (drv.open)(&args).map_err(|e| {
+        let msg = e.to_string();
+        if msg.starts_with("port '") {
+            msg
+        } else {
+            format!("port '{name}': {msg}")
+        }
+    })
+}
+
 /// A range of a region that backs a queue's ring.
 #[derive(Debug, Clone)]
 pub struct QueueMemory {

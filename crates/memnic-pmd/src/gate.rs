@@ -1,30 +1,50 @@
-//! Parking a side's queues while its rings are reset.
+//! Keeping a side's queues out of its rings while they are reset.
 //!
 //! The lcores that poll a port's queues and the thread that resets the port are different
-//! threads. Before the rings are swept and the private indices zeroed, every queue must be
-//! outside its burst. The gate does that by message passing, so the hot path pays one load:
+//! threads, and a queue may not be polled at all (an rx queue under txonly forwarding, or any
+//! queue while forwarding is stopped). Each queue marks itself busy for the length of a burst;
+//! the resetter announces the reset, waits until no queue is busy, does the reset and ends it.
 //!
-//! * the coordinator makes the generation odd (`begin`): a reset is under way;
-//! * a queue that sees an odd generation at the top of a burst acknowledges it and returns 0
-//!   packets; once every queue has acknowledged (`all_parked`), none is inside a burst;
-//! * the coordinator makes it even again (`finish`); each queue sees the new even generation,
-//!   zeroes its ring index and resumes.
+//! * queue, at the top of a burst: `state := BUSY`; fence; read the generation. Odd means a reset
+//!   is under way: `state := IDLE` and do nothing this burst.
+//! * resetter: make the generation odd; fence; wait while any queue is BUSY.
+//!
+//! The two fenced store→load pairs (Dekker's pattern) mean either the queue sees the odd
+//! generation, or the resetter sees the queue busy and waits for its burst to end. On x86 the
+//! queue's store+fence is one `xchg` per burst. When the reset ends (generation even again) each
+//! queue sees a generation it has not seen, and restarts at slot 0.
 
 use std::sync::atomic::{
-    AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
+    fence, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const IDLE: u64 = 0;
+const BUSY: u64 = 1;
 
 #[derive(Default)]
 #[repr(align(64))]
-struct Ack(AtomicU64);
+struct State(AtomicU64);
 
-/// Shared by the coordinator and the queues of one side of one port.
+/// Shared by the resetter and the queues of one side of one port.
 #[derive(Default)]
 pub(crate) struct Gate {
     generation: AtomicU64,
-    acks: Mutex<Vec<Arc<Ack>>>,
+    members: Mutex<Vec<Arc<State>>>,
+    /// One reset at a time.
+    resetting: Mutex<()>,
+}
+
+/// What a queue does at the top of a burst.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Enter {
+    Run,
+    /// A reset finished since the last burst: zero the ring index, then run.
+    Restart,
+    /// A reset is under way: return 0 packets (nothing to `exit`).
+    Parked,
 }
 
 impl Gate {
@@ -32,91 +52,105 @@ impl Gate {
         Arc::new(Gate::default())
     }
 
-    /// Registers a queue; it starts at the current generation.
+    /// Registers a queue.
     pub fn join(self: &Arc<Gate>) -> GateMember {
-        // Acquire pairs with `finish`: a queue joining after a reset sees the swept rings.
-        let g = self.generation.load(Acquire) & !1;
-        let ack = Arc::new(Ack(AtomicU64::new(g)));
-        self.acks
+        let state = Arc::new(State::default());
+        self.members
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(ack.clone());
+            .push(state.clone());
+        // Acquire pairs with the Release in `reset`'s end: a new queue sees the swept rings.
+        let g = self.generation.load(Acquire) & !1;
         GateMember {
             gate: self.clone(),
-            ack,
+            state,
             seen: g,
         }
     }
 
-    /// Starts a reset; returns its generation (odd). Queues park at their next burst.
-    pub fn begin(&self) -> u64 {
-        let g = self.generation.load(Relaxed);
-        let g = if g & 1 == 1 { g } else { g + 1 };
-        // Release pairs with the Acquire in `GateMember::check`.
-        self.generation.store(g, Release);
-        g
-    }
-
-    /// Whether every queue has acknowledged reset generation `g` (and so is outside its burst).
-    pub fn all_parked(&self, g: u64) -> bool {
-        let acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
-        // Acquire pairs with the Release store of the ack: the queue's last burst is complete.
-        acks.iter()
-            .all(|a| Arc::strong_count(a) == 1 || a.0.load(Acquire) == g)
-    }
-
-    /// Ends reset `g`: queues zero their indices and resume.
-    pub fn finish(&self, g: u64) {
-        self.acks
+    /// Runs `f` with every queue out of its burst, except `caller` (a queue that is itself
+    /// resetting from inside its burst). Gives up (returns None) if some queue stays busy past
+    /// `patience`; queues resume either way.
+    pub fn reset<T>(
+        &self,
+        caller: Option<&GateMember>,
+        patience: Duration,
+        f: impl FnOnce() -> T,
+    ) -> Option<T> {
+        let _one = self.resetting.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.generation.load(Relaxed) | 1;
+        self.generation.store(g, Relaxed);
+        // SeqCst fence: orders the generation store before the state loads below; pairs with
+        // the fence in `enter` (store→load, Dekker).
+        fence(SeqCst);
+        let members: Vec<Arc<State>> = self
+            .members
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|a| Arc::strong_count(a) > 1);
-        // Release pairs with the Acquire in `check`: the sweep is visible before queues resume.
+            .clone();
+        let deadline = Instant::now() + patience;
+        let mut result = None;
+        'wait: {
+            for m in &members {
+                if caller.is_some_and(|c| Arc::ptr_eq(&c.state, m)) {
+                    continue;
+                }
+                // Acquire pairs with the Release in `exit`: the queue's burst is complete.
+                while m.0.load(Acquire) == BUSY {
+                    if Instant::now() > deadline {
+                        break 'wait;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            result = Some(f());
+        }
+        self.members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|m| Arc::strong_count(m) > 1);
+        // Release: the reset's writes are visible to queues that see the new generation.
         self.generation.store(g + 1, Release);
+        result
     }
 }
 
 /// A queue's handle on its side's gate.
 pub(crate) struct GateMember {
     gate: Arc<Gate>,
-    ack: Arc<Ack>,
+    state: Arc<State>,
     seen: u64,
 }
 
-/// What a queue must do at the top of a burst.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum GateState {
-    Run,
-    /// A reset is under way: do nothing this burst.
-    Parked,
-    /// A reset finished: zero the ring index, then run.
-    Restart,
-}
-
 impl GateMember {
+    /// The top of a burst. After `Run` or `Restart` the burst must end with [`GateMember::exit`].
     #[inline(always)]
-    pub fn check(&mut self) -> GateState {
-        // Acquire pairs with the Release in `begin`/`finish`.
-        let g = self.gate.generation.load(Acquire);
-        if g == self.seen && g & 1 == 0 {
-            return GateState::Run;
+    pub fn enter(&mut self) -> Enter {
+        // SeqCst swap: a store followed by a full fence (one xchg); pairs with the fence in
+        // `Gate::reset` (store→load, Dekker).
+        self.state.0.swap(BUSY, SeqCst);
+        let g = self.gate.generation.load(SeqCst);
+        if g == self.seen {
+            return Enter::Run;
         }
         self.changed(g)
     }
 
     #[cold]
-    fn changed(&mut self, g: u64) -> GateState {
-        if g == self.seen {
-            return GateState::Parked;
+    fn changed(&mut self, g: u64) -> Enter {
+        if g & 1 == 1 {
+            self.exit();
+            return Enter::Parked;
         }
         self.seen = g;
-        // Release pairs with the Acquire in `all_parked`: this queue's burst work is done.
-        self.ack.0.store(g, Release);
-        if g & 1 == 1 {
-            GateState::Parked
-        } else {
-            GateState::Restart
-        }
+        Enter::Restart
+    }
+
+    /// The end of a burst.
+    #[inline(always)]
+    pub fn exit(&mut self) {
+        // Release pairs with the Acquire load in `Gate::reset`.
+        self.state.0.store(IDLE, Release);
     }
 }
 
@@ -125,31 +159,78 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queues_park_then_restart() {
+    fn idle_queues_do_not_hold_a_reset_and_resume_with_a_restart() {
         let gate = Gate::new();
         let mut a = gate.join();
         let mut b = gate.join();
-        assert_eq!(a.check(), GateState::Run);
-        let g = gate.begin();
-        assert!(!gate.all_parked(g));
-        assert_eq!(a.check(), GateState::Parked);
-        assert!(!gate.all_parked(g));
-        assert_eq!(b.check(), GateState::Parked);
-        assert!(gate.all_parked(g));
-        assert_eq!(a.check(), GateState::Parked, "stays parked until finish");
-        gate.finish(g);
-        assert_eq!(a.check(), GateState::Restart);
-        assert_eq!(a.check(), GateState::Run);
-        assert_eq!(b.check(), GateState::Restart);
+        assert_eq!(a.enter(), Enter::Run);
+        a.exit();
+        // b is never polled: it must not block the reset.
+        assert_eq!(gate.reset(None, Duration::from_secs(1), || 7), Some(7));
+        assert_eq!(a.enter(), Enter::Restart);
+        a.exit();
+        assert_eq!(a.enter(), Enter::Run);
+        a.exit();
+        assert_eq!(b.enter(), Enter::Restart);
+        b.exit();
     }
 
     #[test]
-    fn dropped_queue_does_not_block_a_reset() {
+    fn a_busy_queue_delays_the_reset_and_parks_during_it() {
         let gate = Gate::new();
-        let a = gate.join();
-        drop(a);
-        let g = gate.begin();
-        assert!(gate.all_parked(g));
-        gate.finish(g);
+        let mut a = gate.join();
+        assert_eq!(a.enter(), Enter::Run); // busy
+        let g2 = gate.clone();
+        let t =
+            std::thread::spawn(move || g2.reset(None, Duration::from_secs(5), || Instant::now()));
+        std::thread::sleep(Duration::from_millis(50));
+        let burst_end = Instant::now();
+        a.exit();
+        let reset_at = t.join().unwrap().expect("reset ran");
+        assert!(reset_at >= burst_end, "the reset waited for the burst");
+        assert_eq!(a.enter(), Enter::Restart);
+        a.exit();
+    }
+
+    #[test]
+    fn a_stuck_queue_makes_the_reset_give_up_and_the_caller_is_exempt() {
+        let gate = Gate::new();
+        let mut a = gate.join();
+        let mut b = gate.join();
+        assert_eq!(a.enter(), Enter::Run);
+        assert_eq!(b.enter(), Enter::Run);
+        assert_eq!(
+            gate.reset(Some(&a), Duration::from_millis(20), || ()),
+            None,
+            "b is stuck in a burst"
+        );
+        b.exit();
+        assert_eq!(
+            gate.reset(Some(&a), Duration::from_millis(20), || 1),
+            Some(1),
+            "a itself is exempt"
+        );
+        a.exit();
+    }
+
+    #[test]
+    fn parked_during_a_reset() {
+        let gate = Gate::new();
+        let mut a = gate.join();
+        let g2 = gate.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx2, rx2) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            g2.reset(None, Duration::from_secs(5), || {
+                tx.send(()).unwrap();
+                rx2.recv().unwrap();
+            })
+        });
+        rx.recv().unwrap();
+        assert_eq!(a.enter(), Enter::Parked);
+        tx2.send(()).unwrap();
+        t.join().unwrap().unwrap();
+        assert_eq!(a.enter(), Enter::Restart);
+        a.exit();
     }
 }

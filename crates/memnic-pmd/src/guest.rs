@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memnic_ethdev::{
@@ -11,7 +11,7 @@ use memnic_ethdev::{
 };
 use memnic_shm::Region;
 
-use crate::gate::{Gate, GateMember, GateState};
+use crate::gate::{Enter, Gate, GateMember};
 use crate::layout::*;
 use crate::ring::{self, Oversize};
 use crate::{host, slot, MemnicError};
@@ -83,7 +83,6 @@ struct GuestShared {
     gate: Arc<Gate>,
     /// The frame size agreed at the last reset (private copy).
     framesz: AtomicU32,
-    reset_lock: Mutex<()>,
 }
 
 /// The guest end of one MEMNIC region.
@@ -138,7 +137,6 @@ impl GuestPort {
             region,
             gate: Gate::new(),
             framesz: AtomicU32::new(MAX_FRAME_LEN),
-            reset_lock: Mutex::new(()),
         });
         let mut port = GuestPort {
             name: name.to_string(),
@@ -160,17 +158,9 @@ impl GuestPort {
     /// reset; they must be polled for it to proceed. Returns the agreed frame size.
     pub fn reset(&mut self) -> Result<u32, MemnicError> {
         let sh = self.shared.clone();
-        let _one_at_a_time = sh.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
         let region = &*sh.region;
-        let deadline = Instant::now() + self.cfg.reset_timeout;
-        let g = sh.gate.begin();
-        while !sh.gate.all_parked(g) {
-            if Instant::now() > deadline {
-                sh.gate.finish(g);
-                return Err(MemnicError::QueuesNotPolled);
-            }
-            std::thread::yield_now();
-        }
+        let timeout = self.cfg.reset_timeout;
+        let deadline = Instant::now() + timeout;
         // Relaxed: the features word was published with the header; read before asking.
         self.features = region.u32(HDR_FEATURES).load(Relaxed);
         self.mac = host::read_mac(region);
@@ -178,38 +168,44 @@ impl GuestPort {
             .cfg
             .framesz
             .filter(|_| self.features & FEAT_FRAME_SIZE != 0);
-        region.u32(HDR_VALID).store(0, Relaxed);
-        region
-            .u32(HDR_REQUEST)
-            .store(if want.is_some() { FEAT_FRAME_SIZE } else { 0 }, Relaxed);
-        if let Some(f) = want {
-            region.u32(HDR_FRAMESZ).store(f, Relaxed);
-        }
-        // Release pairs with the host's Acquire in reset_requested: request/framesz are visible.
-        region.u32(HDR_RESET).store(1, Release);
-        loop {
-            // Acquire pairs with serve_reset's Release stores of reset = 0 and valid = 1.
-            if region.u32(HDR_RESET).load(Acquire) == 0 && region.u32(HDR_VALID).load(Acquire) == 1
-            {
-                break;
+        let answered = sh.gate.reset(None, timeout, || {
+            region.u32(HDR_VALID).store(0, Relaxed);
+            region
+                .u32(HDR_REQUEST)
+                .store(if want.is_some() { FEAT_FRAME_SIZE } else { 0 }, Relaxed);
+            if let Some(f) = want {
+                region.u32(HDR_FRAMESZ).store(f, Relaxed);
             }
-            if Instant::now() > deadline {
-                sh.gate.finish(g);
-                return Err(MemnicError::NoHost {
-                    secs: self.cfg.reset_timeout.as_secs_f64(),
-                });
+            // Release pairs with the host's Acquire in reset_requested: request/framesz are visible.
+            region.u32(HDR_RESET).store(1, Release);
+            loop {
+                // Acquire pairs with serve_reset's Release stores of reset = 0 and valid = 1.
+                if region.u32(HDR_RESET).load(Acquire) == 0
+                    && region.u32(HDR_VALID).load(Acquire) == 1
+                {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_micros(50));
             }
-            std::thread::sleep(Duration::from_micros(50));
+            let agreed = region.u32(HDR_FRAMESZ).load(Relaxed);
+            let framesz = match want {
+                Some(_) if (MAX_FRAME_LEN..=MAX_JUMBO_FRAME_LEN).contains(&agreed) => agreed,
+                _ => MAX_FRAME_LEN,
+            };
+            // Relaxed: published to the queues by the gate's Release when the reset ends.
+            sh.framesz.store(framesz, Relaxed);
+            true
+        });
+        match answered {
+            None => Err(MemnicError::QueuesNotPolled),
+            Some(false) => Err(MemnicError::NoHost {
+                secs: timeout.as_secs_f64(),
+            }),
+            Some(true) => Ok(sh.framesz.load(Relaxed)),
         }
-        let agreed = region.u32(HDR_FRAMESZ).load(Relaxed);
-        let framesz = match want {
-            Some(_) if (MAX_FRAME_LEN..=MAX_JUMBO_FRAME_LEN).contains(&agreed) => agreed,
-            _ => MAX_FRAME_LEN,
-        };
-        // Relaxed: published to the queues by the Release in `finish`.
-        sh.framesz.store(framesz, Relaxed);
-        sh.gate.finish(g);
-        Ok(framesz)
     }
 
     /// Features the host offers.
@@ -404,7 +400,8 @@ pub struct GuestTxQueue {
 #[inline(never)]
 fn cold_stop() {}
 
-/// The top of every guest burst: gate, then `valid`. False means "do nothing this time".
+/// The top of every guest burst: gate, then `valid`. False means "do nothing this time" (and
+/// the gate is already left); true means run the burst, then `gate.exit()`.
 #[inline(always)]
 fn ready(
     gate: &mut GateMember,
@@ -413,17 +410,21 @@ fn ready(
     framesz: &mut u32,
     region: &Region,
 ) -> bool {
-    match gate.check() {
-        GateState::Run => {}
-        GateState::Parked => return false,
-        GateState::Restart => {
-            // Relaxed: ordered after the Acquire in `check`, which pairs with `finish`.
+    match gate.enter() {
+        Enter::Run => {}
+        Enter::Parked => return false,
+        Enter::Restart => {
+            // Relaxed: the gate's Release/SeqCst ordering publishes the reset's results.
             *framesz = shared.framesz.load(Relaxed);
             *idx = 0;
         }
     }
     // Acquire pairs with the host's Release store of valid = 1 after its sweep.
-    region.u32(HDR_VALID).load(Acquire) == 1
+    if region.u32(HDR_VALID).load(Acquire) == 1 {
+        return true;
+    }
+    gate.exit();
+    false
 }
 
 impl GuestRxQueue {
@@ -454,6 +455,7 @@ impl GuestRxQueue {
             Variant::After2014 => self.rx_2014_after(pkts, max),
             Variant::Before2014 => self.rx_2014_before(pkts, max),
         };
+        self.gate.exit();
         self.cell.publish(&self.stats);
         n
     }
@@ -564,6 +566,7 @@ impl GuestTxQueue {
             Variant::After2014 => self.tx_2014_after(pkts),
             Variant::Before2014 => self.tx_2014_before(pkts),
         };
+        self.gate.exit();
         self.cell.publish(&self.stats);
         n
     }

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
+use std::time::Duration;
 
 use memnic_ethdev::{
     LinkStatus, MacAddr, Mbuf, Mempool, PoolCache, Port, PortError, PortInfo, QueueMemory,
@@ -11,7 +12,7 @@ use memnic_ethdev::{
 };
 use memnic_shm::Region;
 
-use crate::gate::{Gate, GateMember, GateState};
+use crate::gate::{Enter, Gate, GateMember};
 use crate::layout::*;
 use crate::ring::{self, Oversize};
 use crate::{slot, MemnicError};
@@ -146,6 +147,8 @@ struct HostShared {
     producers: AtomicU32,
     /// FILLED `up` slots thrown away by resets (sent by us, never received by the guest).
     reset_discards: AtomicU64,
+    /// FILLED `down` slots thrown away by resets (sent by the guest, never received by us).
+    down_discards: AtomicU64,
     resets: AtomicU64,
 }
 
@@ -158,8 +161,6 @@ pub struct HostPort {
     mac: MacAddr,
     shared: Arc<HostShared>,
     rx_taken: bool,
-    /// A reset being served by `service` (no rx queue taken).
-    service_pending: Option<u64>,
     rx_cells: Vec<Arc<StatsCell>>,
     tx_cells: Vec<Arc<StatsCell>>,
 }
@@ -186,6 +187,7 @@ impl HostPort {
             up_head: HeadLine(AtomicU32::new(0)),
             producers: AtomicU32::new(0),
             reset_discards: AtomicU64::new(0),
+            down_discards: AtomicU64::new(0),
             resets: AtomicU64::new(0),
         });
         Ok(HostPort {
@@ -193,7 +195,6 @@ impl HostPort {
             mac,
             shared,
             rx_taken: false,
-            service_pending: None,
             rx_cells: Vec::new(),
             tx_cells: Vec::new(),
         })
@@ -264,7 +265,7 @@ impl Port for HostPort {
             cache: pool.cache(),
             stats: QueueStats::default(),
             cell,
-            pending_reset: None,
+            gate: self.shared.gate.join(),
         }))
     }
 
@@ -302,10 +303,8 @@ impl Port for HostPort {
     /// Serves the guest's resets from the control thread while no lcore polls the rx queue
     /// (txonly forwarding); otherwise the rx queue serves them.
     fn service(&mut self) {
-        if !self.rx_taken
-            && (self.service_pending.is_some() || reset_requested(&self.shared.region))
-        {
-            self.shared.reset_step(&mut self.service_pending);
+        if reset_requested(&self.shared.region) {
+            self.shared.serve(None);
         }
     }
 
@@ -329,43 +328,38 @@ pub struct HostRxQueue {
     cache: PoolCache,
     stats: QueueStats,
     cell: Arc<StatsCell>,
-    /// A reset waiting for the tx queues to park.
-    pending_reset: Option<u64>,
+    gate: GateMember,
 }
 
 impl HostShared {
-    /// One step of serving the guest's reset request: park the tx queues, and once they are all
-    /// parked sweep the rings and answer. Returns the outcome when the reset was served.
-    fn reset_step(&self, pending: &mut Option<u64>) -> Option<ResetOutcome> {
-        let g = match *pending {
-            Some(g) => g,
-            None => {
-                self.region.u32(HDR_VALID).store(0, Relaxed);
-                let g = self.gate.begin();
-                *pending = Some(g);
-                g
-            }
-        };
-        if !self.gate.all_parked(g) {
-            return None;
-        }
-        let out = serve_reset(&self.region, self.frame_size_feature);
-        // Relaxed: tx queues are parked; `finish` below publishes these with Release.
-        self.up_head.0.store(0, Relaxed);
-        self.framesz.store(out.framesz, Relaxed);
-        self.reset_discards.fetch_add(out.discarded.0, Relaxed);
-        self.resets.fetch_add(1, Relaxed);
-        self.gate.finish(g);
-        *pending = None;
-        Some(out)
+    /// Serves the guest's reset request with every host queue out of its burst (`caller` is the
+    /// rx queue when it serves from inside its own burst). Returns the outcome, or None when no
+    /// request was pending any more or a queue stayed busy too long (the guest asks again).
+    fn serve(&self, caller: Option<&GateMember>) -> Option<ResetOutcome> {
+        self.gate
+            .reset(caller, Duration::from_secs(1), || {
+                // Another thread may have served it while this one waited for the gate.
+                if !reset_requested(&self.region) {
+                    return None;
+                }
+                let out = serve_reset(&self.region, self.frame_size_feature);
+                // Relaxed: queues are out of their bursts; the gate's Release publishes these.
+                self.up_head.0.store(0, Relaxed);
+                self.framesz.store(out.framesz, Relaxed);
+                self.reset_discards.fetch_add(out.discarded.0, Relaxed);
+                self.down_discards.fetch_add(out.discarded.1, Relaxed);
+                self.resets.fetch_add(1, Relaxed);
+                Some(out)
+            })
+            .flatten()
     }
 }
 
 impl HostRxQueue {
     #[cold]
     #[inline(never)]
-    fn reset_step(&mut self) {
-        if let Some(out) = self.shared.reset_step(&mut self.pending_reset) {
+    fn serve_reset(&mut self) {
+        if let Some(out) = self.shared.serve(Some(&self.gate)) {
             self.idx = 0;
             // Frames the guest sent that we never received count as our rx drops.
             self.stats.drops += out.discarded.1;
@@ -375,27 +369,32 @@ impl HostRxQueue {
 
 impl RxQueue for HostRxQueue {
     fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        match self.gate.enter() {
+            Enter::Run => {}
+            Enter::Parked => return 0,
+            Enter::Restart => self.idx = 0,
+        }
         let region = &*self.shared.region;
-        if self.pending_reset.is_some() || reset_requested(region) {
-            self.reset_step();
-            self.cell.publish(&self.stats);
-            return 0;
+        let mut n = 0;
+        if reset_requested(region) {
+            self.serve_reset();
+        } else if region.u32(HDR_VALID).load(Acquire) == 1 {
+            // Acquire (above) pairs with serve_reset's Release store of valid = 1.
+            // Relaxed: published by the gate together with the reset that set it.
+            let framesz = self.shared.framesz.load(Relaxed);
+            n = ring::receive(
+                region,
+                Dir::Down,
+                &mut self.idx,
+                framesz,
+                &mut self.cache,
+                pkts,
+                max,
+                &mut self.stats,
+            );
         }
-        // Acquire pairs with serve_reset's Release store of valid = 1.
-        if region.u32(HDR_VALID).load(Acquire) == 0 {
-            return 0;
-        }
-        let framesz = self.shared.framesz.load(Relaxed);
-        let n = ring::receive(
-            region,
-            Dir::Down,
-            &mut self.idx,
-            framesz,
-            &mut self.cache,
-            pkts,
-            max,
-            &mut self.stats,
-        );
+        self.gate.exit();
+        self.gate.exit();
         self.cell.publish(&self.stats);
         n
     }
@@ -475,11 +474,11 @@ impl HostTxQueue {
 
 impl TxQueue for HostTxQueue {
     fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
-        match self.gate.check() {
-            GateState::Run => {}
+        match self.gate.enter() {
+            Enter::Run => {}
             // Link down (reset under way): take nothing; the caller retries or drops (DPDK tx).
-            GateState::Parked => return 0,
-            GateState::Restart => {
+            Enter::Parked => return 0,
+            Enter::Restart => {
                 // Relaxed: ordered after the Acquire in `check`, which pairs with `finish`.
                 self.framesz = self.shared.framesz.load(Relaxed);
                 self.private_idx = 0;
@@ -488,6 +487,7 @@ impl TxQueue for HostTxQueue {
         let region = &*self.shared.region;
         // Acquire pairs with serve_reset's Release store of valid = 1 (the swept rings).
         if region.u32(HDR_VALID).load(Acquire) == 0 {
+            self.gate.exit();
             return 0; // link down: back-pressure, as above
         }
         // Relaxed: fixed once queues are set up.
@@ -508,6 +508,7 @@ impl TxQueue for HostTxQueue {
             self.private_idx = idx;
             n
         };
+        self.gate.exit();
         self.cell.publish(&self.stats);
         n
     }

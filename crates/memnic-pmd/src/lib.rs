@@ -90,3 +90,10 @@ pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
     cfg.variant = args.parse_or("variant", Variant::Memnic)?;
     Ok(Box::new(GuestPort::attach(&args.name, &cfg)?))
 }
+
+/// The memnic driver for the devargs registry (`--vdev memnic0,path=...,role=...`).
+pub const DRIVER: memnic_ethdev::Driver = memnic_ethdev::Driver {
+    name: "memnic",
+    keys: DEVARGS_KEYS,
+    open: |a| open(a).map_err(|e| e.into()),
+};

@@ -1,0 +1,111 @@
+//! `memnic testpmd -i`: testpmd's prompt, with line editing and history.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use memnic_fwd::{report, FwdMode};
+
+use super::{config_fwd, finish, Session};
+
+const HELP: &str =
+    "commands: start | start tx_first | stop | show port stats all | clear port stats all | \
+show config fwd | set fwd MODE | help | quit";
+
+/// One prompt command; returns false to quit.
+fn command(s: &mut Session, line: &str) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let say = |s: &Session, m: &str| s.out.line(m);
+    match words.as_slice() {
+        [] => {}
+        ["quit"] | ["exit"] => return false,
+        ["help"] => say(s, HELP),
+        ["start"] | ["start", "tx_first"] => {
+            let tx_first = words.len() == 2;
+            match s.engine.start(tx_first) {
+                Ok(()) => say(s, &config_fwd(&s.engine)),
+                Err(e) => say(s, &format!("Packet forwarding already started: {e}")),
+            }
+        }
+        ["stop"] => match s.engine.stop() {
+            Ok(()) => {
+                let ports = s.meter.ports(&s.engine);
+                say(s, &report::fwd_stats(&ports));
+                say(s, "Done.");
+            }
+            Err(_) => say(s, "Packet forwarding not started"),
+        },
+        ["show", "port", "stats", "all"] => {
+            for p in s.meter.ports(&s.engine) {
+                say(s, &report::nic_stats(&p));
+            }
+        }
+        ["clear", "port", "stats", "all"] => {
+            s.meter.clear(&s.engine);
+            s.engine.clear_stream_counters();
+            say(s, "  NIC statistics cleared for all ports");
+        }
+        ["show", "config", "fwd"] => say(s, &config_fwd(&s.engine)),
+        ["set", "fwd", m] => match m.parse::<FwdMode>() {
+            Ok(mode) => match s.engine.set_mode(mode) {
+                Ok(()) => say(s, &format!("Set {mode} packet forwarding mode")),
+                Err(_) => say(s, "Please stop forwarding first"),
+            },
+            Err(e) => say(s, &e),
+        },
+        _ => say(s, &format!("Bad arguments: '{line}'. {HELP}")),
+    }
+    true
+}
+
+/// The prompt loop. A service thread does the ports' control-path work meanwhile.
+pub fn run(
+    s: Session,
+    auto_start: bool,
+    tx_first: bool,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let s = Arc::new(Mutex::new(s));
+    let done = Arc::new(AtomicBool::new(false));
+    let service = {
+        let (s, done, stop) = (s.clone(), done.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // Relaxed: plain flags.
+            while !done.load(Relaxed) && !stop.load(Relaxed) {
+                s.lock().unwrap_or_else(|p| p.into_inner()).engine.service();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    if auto_start {
+        let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+        command(&mut g, if tx_first { "start tx_first" } else { "start" });
+    }
+    let mut rl =
+        rustyline::DefaultEditor::new().map_err(|e| format!("cannot start the prompt: {e}"))?;
+    loop {
+        if stop.load(Relaxed) {
+            break;
+        }
+        match rl.readline("testpmd> ") {
+            Ok(line) => {
+                let _ = rl.add_history_entry(line.as_str());
+                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                if !command(&mut g, line.trim()) {
+                    break;
+                }
+            }
+            // Ctrl-C, Ctrl-D or the end of piped input: leave like `quit`.
+            Err(_) => break,
+        }
+    }
+    done.store(true, Relaxed);
+    let _ = service.join();
+    let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+    if g.engine.is_running() {
+        finish(&mut g, started.elapsed())?;
+    }
+    g.out.line("Bye...");
+    Ok(())
+}

@@ -1,0 +1,480 @@
+//! `memnic testpmd`: a testpmd-style forwarder and traffic generator.
+//!
+//! Flags, words and output follow DPDK's `dpdk-testpmd` where it makes sense, so habits and
+//! scripts carry over. EAL-only flags that mean nothing here (`--no-huge`, `-m`, …) are accepted
+//! and ignored; a lone `--` between EAL and application flags is accepted too.
+
+mod interactive;
+pub mod lcores;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memnic_ethdev::{MacAddr, Mempool, Port};
+use memnic_fwd::{report, Engine, FwdConfig, FwdMode, QueuePools, StreamSpec, Topology};
+use memnic_numa::{Dir, NumaConfig, Placement, QueueRef};
+use memnic_pktbuf::PoolConfig;
+
+/// Every driver this build knows.
+pub const DRIVERS: &[memnic_ethdev::Driver] = &[memnic_pmd::DRIVER];
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Forwarding lcores: a CPU list (`1`, `0-3`) or DPDK's map (`0@1,1@1`, lowest = main lcore)
+    #[arg(short = 'l', long = "lcores")]
+    lcores: Option<String>,
+    /// A port from devargs, e.g. memnic0,path=/dev/shm/vm1,role=guest (repeatable)
+    #[arg(long = "vdev")]
+    vdev: Vec<String>,
+    /// Number of forwarding lcores to use (default: all of -l)
+    #[arg(long = "nb-cores")]
+    nb_cores: Option<usize>,
+    /// Rx queues per port
+    #[arg(long, default_value_t = 1)]
+    rxq: u16,
+    /// Tx queues per port
+    #[arg(long, default_value_t = 1)]
+    txq: u16,
+    /// Packets per burst
+    #[arg(long, default_value_t = 32)]
+    burst: usize,
+    /// Length of generated frames (segment lengths are added: 64 or 32,32)
+    #[arg(long, default_value = "64", value_delimiter = ',')]
+    txpkts: Vec<usize>,
+    /// Buffers in each mbuf pool
+    #[arg(long = "total-num-mbufs", default_value_t = 16384)]
+    total_num_mbufs: u32,
+    /// Bytes per mbuf, headroom included
+    #[arg(long = "mbuf-size", default_value_t = memnic_pktbuf::DEFAULT_BUF_SIZE)]
+    mbuf_size: u32,
+    /// io, mac, macswap, rxonly, txonly or flowgen
+    #[arg(long = "forward-mode", default_value = "io")]
+    forward_mode: String,
+    /// Destination MAC for a port: N,XX:XX:XX:XX:XX:XX (repeatable)
+    #[arg(long = "eth-peer")]
+    eth_peer: Vec<String>,
+    /// paired, chained or loop
+    #[arg(long = "port-topology", default_value = "paired")]
+    port_topology: String,
+    /// Send one burst on every stream before forwarding starts
+    #[arg(long = "tx-first")]
+    tx_first: bool,
+    /// Generators write sequence numbers and checksums; receivers count lost, corrupted,
+    /// duplicated and reordered frames
+    #[arg(long)]
+    verify: bool,
+    /// Print port statistics every N seconds (0: never)
+    #[arg(long = "stats-period", default_value_t = 0)]
+    stats_period: u64,
+    /// Stop by itself after N seconds (default: run until SIGINT/SIGTERM)
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Print the final statistics as one JSON object on stdout (the rest goes to stderr)
+    #[arg(long)]
+    json: bool,
+    /// Interactive prompt
+    #[arg(short = 'i', long = "interactive")]
+    interactive: bool,
+    /// Start forwarding at once (with -i)
+    #[arg(short = 'a', long = "auto-start")]
+    auto_start: bool,
+    /// (port,socket)[,(port,socket)]: NUMA node of a port's rings and buffers
+    #[arg(long = "port-numa-config")]
+    port_numa_config: Option<String>,
+    /// (port,flag,socket)[,...]: node of a port's rx (flag 1), tx (2) or both (3) rings
+    #[arg(long = "ring-numa-config")]
+    ring_numa_config: Option<String>,
+    /// Node for memory when no other rule names one
+    #[arg(long = "socket-num")]
+    socket_num: Option<String>,
+    /// Place each queue's rings and buffers on the node of the lcore that polls it
+    #[arg(long = "ring-bind-lcpu")]
+    ring_bind_lcpu: bool,
+    /// Read the CPU/node topology from this sysfs root instead of /sys (for tests)
+    #[arg(long = "sysfs-root", hide = true)]
+    sysfs_root: Option<std::path::PathBuf>,
+    /// Accepted for DPDK habits; no meaning here
+    #[arg(long = "no-huge", hide = true)]
+    _no_huge: bool,
+    #[arg(long = "no-pci", hide = true)]
+    _no_pci: bool,
+    #[arg(long = "in-memory", hide = true)]
+    _in_memory: bool,
+    #[arg(long = "single-file-segments", hide = true)]
+    _single_file_segments: bool,
+    #[arg(short = 'm', hide = true)]
+    _mem: Option<String>,
+    #[arg(long = "file-prefix", hide = true)]
+    _file_prefix: Option<String>,
+    #[arg(long = "log-level", hide = true)]
+    _log_level: Option<String>,
+}
+
+/// Drops lone `--` separators (DPDK puts one between EAL and application flags).
+pub fn strip_separator(args: impl Iterator<Item = String>) -> Vec<String> {
+    args.filter(|a| a != "--").collect()
+}
+
+/// Output that goes to stdout normally and to stderr under `--json`.
+pub struct Out {
+    json: bool,
+}
+
+impl Out {
+    pub fn line(&self, s: &str) {
+        if self.json {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    }
+}
+
+/// Everything set up: the engine and what the control thread needs to run it.
+pub struct Session {
+    pub engine: Engine,
+    pub meter: report::Meter,
+    pub out: Out,
+}
+
+fn parse_eth_peer(s: &str) -> Result<(u16, MacAddr), String> {
+    let (p, m) = s.split_once(',').ok_or_else(|| {
+        format!("--eth-peer '{s}' is not PORT,MAC (for example 0,02:00:00:00:00:01)")
+    })?;
+    let p: u16 = p
+        .trim()
+        .parse()
+        .map_err(|_| format!("--eth-peer '{s}': '{p}' is not a port number"))?;
+    let m: MacAddr = m.trim().parse().map_err(|e| format!("--eth-peer: {e}"))?;
+    Ok((p, m))
+}
+
+/// Validates the flags, opens the ports, places and creates queues; every failure is one sentence.
+pub fn setup(a: &Args) -> Result<Session, String> {
+    let out = Out { json: a.json };
+    let mode: FwdMode = a.forward_mode.parse()?;
+    let topo: Topology = a.port_topology.parse()?;
+    if a.burst == 0 || a.burst > memnic_ethdev::MAX_BURST {
+        return Err(format!(
+            "--burst={} is outside 1..={}",
+            a.burst,
+            memnic_ethdev::MAX_BURST
+        ));
+    }
+    let txpkts: usize = a.txpkts.iter().sum();
+    if !(memnic_fwd::pkt::MIN_FRAME..=9000).contains(&txpkts) {
+        return Err(format!("--txpkts={txpkts} is outside 60..=9000"));
+    }
+    if a.verify && !matches!(mode, FwdMode::TxOnly | FwdMode::RxOnly) {
+        return Err(format!(
+            "--verify works with --forward-mode=txonly or rxonly, not {mode}"
+        ));
+    }
+    if a.mbuf_size < txpkts as u32 + memnic_pktbuf::DEFAULT_HEADROOM {
+        return Err(format!(
+            "--mbuf-size={} cannot hold --txpkts={txpkts} frames plus {} bytes of headroom",
+            a.mbuf_size,
+            memnic_pktbuf::DEFAULT_HEADROOM
+        ));
+    }
+    if a.total_num_mbufs < 2 * a.burst as u32 {
+        return Err(format!(
+            "--total-num-mbufs={} is too few for bursts of {}",
+            a.total_num_mbufs, a.burst
+        ));
+    }
+    if a.rxq == 0 || a.txq == 0 {
+        return Err("--rxq and --txq must be at least 1".into());
+    }
+    if a.rxq != a.txq {
+        return Err(format!(
+            "--rxq={} and --txq={} differ: each stream pairs rx queue N with tx queue N",
+            a.rxq, a.txq
+        ));
+    }
+    let mut eth_peer = BTreeMap::new();
+    for e in &a.eth_peer {
+        let (p, m) = parse_eth_peer(e)?;
+        eth_peer.insert(p, m);
+    }
+
+    // Lcores and topology.
+    let numa_topo = match &a.sysfs_root {
+        Some(root) => memnic_numa::Topology::from_sysfs(root),
+        None => memnic_numa::Topology::system(),
+    }
+    .map_err(|e| e.to_string())?;
+    let allowed = memnic_shm::cpu::allowed_cpus();
+    let mut cpus = match &a.lcores {
+        Some(s) => lcores::forwarding_cpus(s)?,
+        None => vec![*allowed.first().ok_or("this process may run on no CPU")?],
+    };
+    // With a fake sysfs the CPUs are checked against it; otherwise against the affinity mask.
+    let usable: Vec<usize> = if a.sysfs_root.is_some() {
+        numa_topo.cpus()
+    } else {
+        allowed.clone()
+    };
+    for (i, c) in cpus.iter().enumerate() {
+        if !usable.contains(c) {
+            return Err(format!(
+                "lcore {i}: CPU {c} is not available to this process (CPUs {} are)",
+                lcores::format_cpu_list(&usable)
+            ));
+        }
+    }
+    if let Some(n) = a.nb_cores {
+        if n == 0 || n > cpus.len() {
+            return Err(format!(
+                "--nb-cores={n} must be between 1 and the {} forwarding lcore(s) of -l",
+                cpus.len()
+            ));
+        }
+        cpus.truncate(n);
+    }
+    let numa_topo = numa_topo.with_allowed_cpus(&cpus);
+    let numa_cfg = NumaConfig::from_args(
+        &numa_topo,
+        a.port_numa_config.as_deref(),
+        a.ring_numa_config.as_deref(),
+        a.socket_num.as_deref(),
+        a.ring_bind_lcpu,
+    )
+    .map_err(|e| e.to_string())?;
+
+    // Ports.
+    if a.vdev.is_empty() {
+        return Err(
+            "no ports: give at least one --vdev (for example --vdev memnic0,path=vm1,role=guest)"
+                .into(),
+        );
+    }
+    let mut ports: Vec<Box<dyn Port>> = Vec::new();
+    for v in &a.vdev {
+        let p = memnic_ethdev::open_vdev(DRIVERS, v)?;
+        let info = p.info();
+        if a.rxq > info.max_rx_queues || a.txq > info.max_tx_queues {
+            return Err(format!(
+                "port '{}': --rxq={} --txq={} asks for more queues than the driver offers ({} rx, {} tx)",
+                info.name, a.rxq, a.txq, info.max_rx_queues, info.max_tx_queues
+            ));
+        }
+        if txpkts as u32 > info.max_frame_len && matches!(mode, FwdMode::TxOnly | FwdMode::FlowGen)
+        {
+            return Err(format!(
+                "port '{}': --txpkts={txpkts} is longer than the port's largest frame ({} bytes)",
+                info.name, info.max_frame_len
+            ));
+        }
+        out.line(&format!(
+            "Configuring Port {} ({}): {} MAC {}",
+            ports.len(),
+            info.driver,
+            info.name,
+            info.mac
+        ));
+        ports.push(p);
+    }
+    if let Some(peer) = eth_peer.keys().find(|p| **p as usize >= ports.len()) {
+        return Err(format!(
+            "--eth-peer names port {peer}, but there are {} port(s)",
+            ports.len()
+        ));
+    }
+    numa_cfg
+        .check_ports(ports.len() as u16)
+        .map_err(|e| e.to_string())?;
+
+    // Streams, placement, pools.
+    let specs = memnic_fwd::plan_streams(ports.len() as u16, a.rxq, topo);
+    let ranges = memnic_fwd::distribute(specs.len(), cpus.len());
+    let mut lcore_of = vec![0usize; specs.len()];
+    for (li, r) in ranges.iter().enumerate() {
+        for si in r.clone() {
+            lcore_of[si] = li;
+        }
+    }
+    let mut pools: Vec<(usize, Mempool)> = Vec::new();
+    let mut pool_for_node = |node: usize| -> Result<Mempool, String> {
+        if let Some((_, p)) = pools.iter().find(|(n, _)| *n == node) {
+            return Ok(p.clone());
+        }
+        let mut cfg = PoolConfig::new(format!("mb_pool_{node}"), a.total_num_mbufs);
+        cfg.buf_size = a.mbuf_size;
+        let p = Mempool::new(&cfg).map_err(|e| e.to_string())?;
+        bind_or_warn(p.region(), 0, p.region().len(), node, &out);
+        pools.push((node, p.clone()));
+        Ok(p)
+    };
+    let mut placed: Vec<(StreamSpec, Placement, Placement)> = Vec::new();
+    let mut stream_pools = Vec::new();
+    for (si, spec) in specs.iter().enumerate() {
+        let cpu = cpus[lcore_of[si]];
+        let rxp = memnic_numa::place(
+            &numa_topo,
+            &numa_cfg,
+            QueueRef {
+                port: spec.rx_port,
+                queue: spec.rx_queue,
+                dir: Dir::Rx,
+                lcore_cpu: cpu,
+            },
+        );
+        let txp = memnic_numa::place(
+            &numa_topo,
+            &numa_cfg,
+            QueueRef {
+                port: spec.tx_port,
+                queue: spec.tx_queue,
+                dir: Dir::Tx,
+                lcore_cpu: cpu,
+            },
+        );
+        for (port, q, rx, p) in [
+            (spec.rx_port, spec.rx_queue, true, &rxp),
+            (spec.tx_port, spec.tx_queue, false, &txp),
+        ] {
+            for m in ports[port as usize].queue_memory(rx, q) {
+                bind_or_warn(&m.region, m.offset, m.len, p.node, &out);
+            }
+        }
+        stream_pools.push(QueuePools {
+            rx: pool_for_node(rxp.node)?,
+            tx: pool_for_node(txp.node)?,
+        });
+        placed.push((*spec, rxp, txp));
+    }
+    for (si, (spec, rxp, txp)) in placed.iter().enumerate() {
+        let li = lcore_of[si];
+        out.line(&format!(
+            "  port {} rxq {}: lcore {} (CPU {}), node {} ({}), pool mb_pool_{}",
+            spec.rx_port, spec.rx_queue, li, cpus[li], rxp.node, rxp.reason, rxp.node
+        ));
+        out.line(&format!(
+            "  port {} txq {}: lcore {} (CPU {}), node {} ({}), pool mb_pool_{}",
+            spec.tx_port, spec.tx_queue, li, cpus[li], txp.node, txp.reason, txp.node
+        ));
+    }
+    let cfg = FwdConfig {
+        mode,
+        burst: a.burst,
+        txpkts,
+        verify: a.verify,
+        eth_peer,
+        flows: 1024,
+    };
+    let mut it = stream_pools.into_iter();
+    let engine = Engine::new(ports, cfg, specs, &cpus, |_, _| {
+        it.next().expect("one pool pair per stream")
+    })
+    .map_err(|e| e.to_string())?;
+    let meter = report::Meter::new(&engine);
+    Ok(Session { engine, meter, out })
+}
+
+fn bind_or_warn(region: &memnic_shm::Region, off: usize, len: usize, node: usize, out: &Out) {
+    if let Err(e) = memnic_shm::numa::bind_range(region, off, len, node) {
+        out.line(&format!(
+            "warning: memory stays where the kernel puts it: {e}"
+        ));
+    }
+}
+
+/// `show config fwd`.
+pub fn config_fwd(engine: &Engine) -> String {
+    let mut s = format!(
+        "{} packet forwarding - ports={} - cores={} - streams={}\n",
+        engine.cfg.mode,
+        engine.ports.len(),
+        engine.lcores().count(),
+        engine.stream_counters().len()
+    );
+    for (l, specs) in engine.lcores() {
+        s += &format!(
+            "Logical Core {} (CPU {}) forwards packets on {} streams:\n",
+            l.id,
+            l.cpu,
+            specs.len()
+        );
+        for sp in specs {
+            s += &format!(
+                "  RX P={}/Q={} (socket) -> TX P={}/Q={} (socket) peer={}\n",
+                sp.rx_port,
+                sp.rx_queue,
+                sp.tx_port,
+                sp.tx_queue,
+                engine.cfg.peer_mac(sp.tx_port)
+            );
+        }
+    }
+    s
+}
+
+/// Runs `memnic testpmd`.
+pub fn main(a: Args) -> Result<(), String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| format!("cannot handle signals: {e}"))?;
+    }
+    let mut s = setup(&a)?;
+    if a.interactive {
+        return interactive::run(s, a.auto_start, a.tx_first, stop);
+    }
+    s.out.line(&config_fwd(&s.engine));
+    s.engine.start(a.tx_first).map_err(|e| e.to_string())?;
+    s.meter = report::Meter::new(&s.engine);
+    s.out
+        .line("Press Ctrl-C to stop forwarding (or wait for --duration).");
+    let started = Instant::now();
+    let mut next_stats = started + Duration::from_secs(a.stats_period.max(1));
+    // Relaxed: set by the signal handler; nothing else is published with it.
+    while !stop.load(Relaxed) {
+        std::thread::sleep(Duration::from_millis(5));
+        s.engine.service();
+        let now = Instant::now();
+        if a.duration
+            .is_some_and(|d| now - started >= Duration::from_secs_f64(d))
+        {
+            break;
+        }
+        if a.stats_period > 0 && now >= next_stats {
+            next_stats += Duration::from_secs(a.stats_period);
+            for p in s.meter.ports(&s.engine) {
+                s.out.line(&report::nic_stats(&p));
+            }
+        }
+    }
+    finish(&mut s, started.elapsed())
+}
+
+/// Stops forwarding and prints the totals (and the JSON object under --json).
+pub fn finish(s: &mut Session, elapsed: Duration) -> Result<(), String> {
+    s.out.line("Telling cores to stop...");
+    if s.engine.is_running() {
+        s.engine.stop().map_err(|e| e.to_string())?;
+    }
+    let since = s.meter.started.elapsed().as_secs_f64().max(1e-9);
+    let mut ports = s.meter.ports(&s.engine);
+    // Final rates: averages over the whole run.
+    for p in &mut ports {
+        p.rx_pps = (p.rx_packets as f64 / since) as u64;
+        p.tx_pps = (p.tx_packets as f64 / since) as u64;
+        p.rx_bps = (p.rx_bytes as f64 * 8.0 / since) as u64;
+        p.tx_bps = (p.tx_bytes as f64 * 8.0 / since) as u64;
+    }
+    s.out.line(&report::fwd_stats(&ports));
+    s.out.line("Done.");
+    if s.out.json {
+        let r = report::Report {
+            mode: s.engine.cfg.mode.to_string(),
+            seconds: elapsed.as_secs_f64(),
+            ports,
+            lcores: report::lcores(&s.engine),
+        };
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
