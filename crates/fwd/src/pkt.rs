@@ -2,7 +2,8 @@
 //! sequence-numbered, checksummed payload.
 //!
 //! Verified payload, right after the 42 bytes of headers: `seq` u64, `flow` u16, `session` u16,
-//! `checksum` u32 (over the whole frame with this field zero), then bytes derived from `seq`.
+//! `checksum` u32 (over the frame from byte 12 on, this field skipped: the MAC addresses are left
+//! out so `mac`/`macswap` forwarding in between keeps it valid), then bytes derived from `seq`.
 //! A frame must be at least [`MIN_VERIFY_LEN`] bytes to carry it.
 
 use memnic_ethdev::MacAddr;
@@ -71,7 +72,7 @@ pub fn ip_checksum(h: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-/// A fast checksum over a frame, skipping the checksum field itself.
+/// A fast checksum over a frame after its MAC addresses, skipping the checksum field itself.
 fn frame_checksum(f: &[u8]) -> u32 {
     let mut acc: u64 = 0x9e37_79b9_7f4a_7c15 ^ f.len() as u64;
     let mut mix = |w: u64| {
@@ -80,7 +81,7 @@ fn frame_checksum(f: &[u8]) -> u32 {
             .rotate_left(29)
     };
     let (head, tail) = f.split_at(CSUM_OFF);
-    let tail = &tail[4..];
+    let (head, tail) = (&head[12..], &tail[4..]);
     for part in [head, tail] {
         let mut chunks = part.chunks_exact(8);
         for c in &mut chunks {
@@ -188,7 +189,7 @@ mod tests {
                     session: 7
                 })
             );
-            for i in 0..len {
+            for i in 12..len {
                 let mut g = f.clone();
                 g[i] ^= 0x40;
                 assert_eq!(
@@ -199,6 +200,13 @@ mod tests {
             }
             assert_eq!(read_payload(&f[..len - 1]), None);
         }
+    }
+
+    #[test]
+    fn mac_rewrites_keep_the_payload_valid() {
+        let mut f = frame(64, 9);
+        swap_macs(&mut f);
+        assert_eq!(read_payload(&f).map(|p| p.seq), Some(9));
     }
 
     #[test]

@@ -160,7 +160,12 @@ impl Stream {
         match cfg.mode {
             FwdMode::Io | FwdMode::Mac | FwdMode::MacSwap => self.relay(cfg),
             FwdMode::RxOnly => self.receive(cfg),
-            FwdMode::TxOnly => self.generate(cfg, false),
+            // Also drains (and with --verify checks) what comes back, so a generator can see its
+            // own frames returned by a reflector; testpmd's txonly leaves them to the NIC.
+            FwdMode::TxOnly => {
+                self.generate(cfg, false);
+                self.receive(cfg);
+            }
             FwdMode::FlowGen => {
                 self.receive(cfg);
                 self.generate(cfg, true);
