@@ -1,29 +1,9 @@
 //! The memnic tester end to end: it runs, prints a table, and `--json` rows carry the fields
 //! scripts read. Bad input gets one sentence and exit code 2. Polling test: serial group.
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+mod common;
 
-fn memnic(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memnic"))
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn memnic");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("memnic {args:?} did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use common::memnic;
 
 #[test]
 fn poll_tester_json_rows_for_every_variant_and_size() {

@@ -69,15 +69,22 @@ impl Gate {
     }
 
     /// Runs `f` with every queue out of its burst, except `caller` (a queue that is itself
-    /// resetting from inside its burst). Gives up (returns None) if some queue stays busy past
+    /// resetting from inside its burst); `f` returns None when it found nothing to do, and then
+    /// the queues carry on where they were. Gives up (returns None) if some queue stays busy past
     /// `patience`; queues resume either way.
     pub fn reset<T>(
         &self,
         caller: Option<&GateMember>,
         patience: Duration,
-        f: impl FnOnce() -> T,
+        f: impl FnOnce() -> Option<T>,
     ) -> Option<T> {
-        let _one = self.resetting.lock().unwrap_or_else(|p| p.into_inner());
+        // Another thread resetting does the work; waiting for it from inside a burst would
+        // deadlock (it waits for that burst to end), so give up at once.
+        let _one = match self.resetting.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
         let g = self.generation.load(Relaxed) | 1;
         self.generation.store(g, Relaxed);
         // SeqCst fence: orders the generation store before the state loads below; pairs with
@@ -103,14 +110,17 @@ impl Gate {
                     std::hint::spin_loop();
                 }
             }
-            result = Some(f());
+            result = f();
         }
         self.members
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|m| Arc::strong_count(m) > 1);
+        // A reset that ran moves to a new even generation: queues restart at slot 0. One that
+        // gave up goes back to the old one: queues resume where they were, as nothing changed.
+        let next = if result.is_some() { g + 1 } else { g - 1 };
         // Release: the reset's writes are visible to queues that see the new generation.
-        self.generation.store(g + 1, Release);
+        self.generation.store(next, Release);
         result
     }
 }
@@ -166,7 +176,10 @@ mod tests {
         assert_eq!(a.enter(), Enter::Run);
         a.exit();
         // b is never polled: it must not block the reset.
-        assert_eq!(gate.reset(None, Duration::from_secs(1), || 7), Some(7));
+        assert_eq!(
+            gate.reset(None, Duration::from_secs(1), || Some(7)),
+            Some(7)
+        );
         assert_eq!(a.enter(), Enter::Restart);
         a.exit();
         assert_eq!(a.enter(), Enter::Run);
@@ -181,8 +194,9 @@ mod tests {
         let mut a = gate.join();
         assert_eq!(a.enter(), Enter::Run); // busy
         let g2 = gate.clone();
-        let t =
-            std::thread::spawn(move || g2.reset(None, Duration::from_secs(5), || Instant::now()));
+        let t = std::thread::spawn(move || {
+            g2.reset(None, Duration::from_secs(5), || Some(Instant::now()))
+        });
         std::thread::sleep(Duration::from_millis(50));
         let burst_end = Instant::now();
         a.exit();
@@ -200,13 +214,19 @@ mod tests {
         assert_eq!(a.enter(), Enter::Run);
         assert_eq!(b.enter(), Enter::Run);
         assert_eq!(
-            gate.reset(Some(&a), Duration::from_millis(20), || ()),
+            gate.reset(Some(&a), Duration::from_millis(20), || Some(())),
             None,
             "b is stuck in a burst"
         );
         b.exit();
         assert_eq!(
-            gate.reset(Some(&a), Duration::from_millis(20), || 1),
+            b.enter(),
+            Enter::Run,
+            "a reset that gave up changed nothing: no restart"
+        );
+        b.exit();
+        assert_eq!(
+            gate.reset(Some(&a), Duration::from_millis(20), || Some(1)),
             Some(1),
             "a itself is exempt"
         );
@@ -224,6 +244,7 @@ mod tests {
             g2.reset(None, Duration::from_secs(5), || {
                 tx.send(()).unwrap();
                 rx2.recv().unwrap();
+                Some(())
             })
         });
         rx.recv().unwrap();

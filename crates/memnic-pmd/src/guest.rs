@@ -186,7 +186,7 @@ impl GuestPort {
                     break;
                 }
                 if Instant::now() > deadline {
-                    return false;
+                    return Some(false);
                 }
                 std::thread::sleep(Duration::from_micros(50));
             }
@@ -197,7 +197,7 @@ impl GuestPort {
             };
             // Relaxed: published to the queues by the gate's Release when the reset ends.
             sh.framesz.store(framesz, Relaxed);
-            true
+            Some(true)
         });
         match answered {
             None => Err(MemnicError::QueuesNotPolled),

@@ -336,22 +336,20 @@ impl HostShared {
     /// rx queue when it serves from inside its own burst). Returns the outcome, or None when no
     /// request was pending any more or a queue stayed busy too long (the guest asks again).
     fn serve(&self, caller: Option<&GateMember>) -> Option<ResetOutcome> {
-        self.gate
-            .reset(caller, Duration::from_secs(1), || {
-                // Another thread may have served it while this one waited for the gate.
-                if !reset_requested(&self.region) {
-                    return None;
-                }
-                let out = serve_reset(&self.region, self.frame_size_feature);
-                // Relaxed: queues are out of their bursts; the gate's Release publishes these.
-                self.up_head.0.store(0, Relaxed);
-                self.framesz.store(out.framesz, Relaxed);
-                self.reset_discards.fetch_add(out.discarded.0, Relaxed);
-                self.down_discards.fetch_add(out.discarded.1, Relaxed);
-                self.resets.fetch_add(1, Relaxed);
-                Some(out)
-            })
-            .flatten()
+        self.gate.reset(caller, Duration::from_secs(1), || {
+            // Another thread may have served it while this one waited for the gate.
+            if !reset_requested(&self.region) {
+                return None;
+            }
+            let out = serve_reset(&self.region, self.frame_size_feature);
+            // Relaxed: queues are out of their bursts; the gate's Release publishes these.
+            self.up_head.0.store(0, Relaxed);
+            self.framesz.store(out.framesz, Relaxed);
+            self.reset_discards.fetch_add(out.discarded.0, Relaxed);
+            self.down_discards.fetch_add(out.discarded.1, Relaxed);
+            self.resets.fetch_add(1, Relaxed);
+            Some(out)
+        })
     }
 }
 

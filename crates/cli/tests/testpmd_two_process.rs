@@ -1,0 +1,155 @@
+//! `memnic testpmd` as two processes over one MEMNIC region: generator and verifier on either
+//! side, and a reflector. Polling tests: they run serially (nextest group) and need both CPUs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{json_of, Proc, ShmName};
+
+fn port(v: &serde_json::Value) -> &serde_json::Value {
+    &v["ports"][0]
+}
+
+fn n(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("field {k} missing in {v}"))
+}
+
+fn assert_clean(p: &serde_json::Value) {
+    for k in ["lost", "corrupted", "duplicated", "reordered"] {
+        assert_eq!(n(p, k), 0, "{k} in {p}");
+    }
+}
+
+/// Host generates, guest verifies, for 10 s; then the reverse.
+#[test]
+fn poll_txonly_to_rxonly_both_ways_verified() {
+    for (sender, receiver) in [("host", "guest"), ("guest", "host")] {
+        let shm = ShmName::new(&format!("pair-{sender}"));
+        let dev = |role: &str| format!("memnic0,path={},role={role}", shm.0);
+        // The host side creates the region, so it starts first and runs longer.
+        let (host_mode, guest_mode) = if sender == "host" {
+            ("txonly", "rxonly")
+        } else {
+            ("rxonly", "txonly")
+        };
+        let host = Proc::spawn(&[
+            "testpmd",
+            "-l",
+            "0",
+            "--vdev",
+            &dev("host"),
+            "--forward-mode",
+            host_mode,
+            "--verify",
+            "--duration",
+            "13",
+            "--json",
+        ]);
+        std::thread::sleep(Duration::from_millis(700));
+        let guest = Proc::spawn(&[
+            "testpmd",
+            "-l",
+            "1",
+            "--vdev",
+            &dev("guest"),
+            "--forward-mode",
+            guest_mode,
+            "--verify",
+            "--duration",
+            "10",
+            "--json",
+        ]);
+        let g = guest.wait(Duration::from_secs(40));
+        assert!(
+            g.status.success(),
+            "guest: {}",
+            String::from_utf8_lossy(&g.stderr)
+        );
+        let h = host.wait(Duration::from_secs(40));
+        assert!(
+            h.status.success(),
+            "host: {}",
+            String::from_utf8_lossy(&h.stderr)
+        );
+        let (hj, gj) = (json_of(&h), json_of(&g));
+        let (tx, rx) = if sender == "host" {
+            (port(&hj), port(&gj))
+        } else {
+            (port(&gj), port(&hj))
+        };
+        assert_clean(rx);
+        assert!(
+            n(rx, "good") > 100_000,
+            "{sender}→{receiver}: too little traffic: {rx}"
+        );
+        assert_eq!(n(rx, "good"), n(rx, "rx_packets"));
+        if sender == "guest" {
+            // The host outlives the guest and drains the ring: every frame sent arrived.
+            assert_eq!(n(tx, "tx_packets"), n(rx, "rx_packets"), "{tx} vs {rx}");
+        } else {
+            // The guest stops first; at most one ring of frames was still in flight.
+            let (t, r) = (n(tx, "tx_packets"), n(rx, "rx_packets"));
+            assert!(t >= r && t - r <= 1024, "sent {t}, received {r}");
+        }
+        assert_eq!(
+            n(tx, "tx_dropped"),
+            0,
+            "verify mode retries instead of dropping"
+        );
+    }
+}
+
+/// Host generates, guest swaps MACs and sends everything back, host verifies its own frames.
+#[test]
+fn poll_guest_macswap_reflects_host_frames() {
+    let shm = ShmName::new("reflect");
+    let dev = |role: &str| format!("memnic0,path={},role={role}", shm.0);
+    let host = Proc::spawn(&[
+        "testpmd",
+        "-l",
+        "0",
+        "--vdev",
+        &dev("host"),
+        "--forward-mode",
+        "txonly",
+        "--verify",
+        "--txpkts",
+        "128",
+        "--duration",
+        "6",
+        "--json",
+    ]);
+    std::thread::sleep(Duration::from_millis(700));
+    let guest = Proc::spawn(&[
+        "testpmd",
+        "-l",
+        "1",
+        "--vdev",
+        &dev("guest"),
+        "--forward-mode",
+        "macswap",
+        "--duration",
+        "3",
+        "--json",
+    ]);
+    let g = guest.wait(Duration::from_secs(30));
+    let h = host.wait(Duration::from_secs(30));
+    assert!(g.status.success() && h.status.success());
+    let (hp, gp) = (json_of(&h), json_of(&g));
+    let (hp, gp) = (port(&hp), port(&gp));
+    assert!(
+        n(hp, "rx_packets") > 10_000,
+        "the host got its frames back: {hp}"
+    );
+    for k in ["corrupted", "duplicated", "reordered"] {
+        assert_eq!(n(hp, k), 0, "{k}: {hp}");
+    }
+    // Every gap the host sees is a frame the reflector could not send back (and counted).
+    assert_eq!(n(hp, "lost"), n(gp, "tx_dropped"), "host {hp} guest {gp}");
+    assert_eq!(
+        n(gp, "rx_packets"),
+        n(gp, "tx_packets") + n(gp, "tx_dropped")
+    );
+}
