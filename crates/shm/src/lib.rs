@@ -6,6 +6,8 @@
 //! * Access to memory a peer may write at any time: atomic loads/stores of aligned words at checked
 //!   offsets, and bounds-checked copies in and out. No `&[u8]` is ever formed over the mapping.
 //! * [`cpu`]: pinning the current thread, listing CPUs.
+//! * [`unix`]: AF_UNIX SEQPACKET sockets passing descriptors (SCM_RIGHTS), eventfds, `poll`: the
+//!   system-call side of memif's control channel.
 //!
 //! Contract: every accessor checks `offset + size <= len` (and alignment for atomics) before it
 //! touches memory, so no value a peer writes can make this crate read or write outside a mapping.
@@ -13,6 +15,7 @@
 pub mod cpu;
 pub mod numa;
 mod region;
+pub mod unix;
 
 pub use region::{Backing, Region, HUGE_PAGE_SIZE};
 
@@ -44,6 +47,22 @@ pub enum ShmError {
     NoNuma { op: &'static str },
     #[error("NUMA node {node} does not exist or this process may not use it (see /sys/devices/system/node/online)")]
     NumaNodeUnavailable { node: usize },
+    #[error("socket address {addr} cannot be used: {reason}")]
+    BadSocketAddr { addr: String, reason: &'static str },
+    #[error("socket {addr} is already in use: another server listens there, or a stale socket file remains (remove it)")]
+    AddrInUse { addr: String },
+    #[error("nothing listens on socket {addr}: start the server first, or retry")]
+    NoListener { addr: String },
+    #[error("cannot {op} now without waiting (the descriptor is nonblocking): poll it and retry")]
+    WouldBlock { op: &'static str },
+    #[error("the peer closed the connection, so this side cannot {op}")]
+    PeerClosed { op: &'static str },
+    #[error("{count} descriptors cannot travel in one message; Linux allows at most {max}")]
+    TooManyFds { count: usize, max: usize },
+    #[error(
+        "a received descriptor is {kind}, not an eventfd: the peer passed the wrong kind of file"
+    )]
+    NotEventFd { kind: String },
 }
 
 pub type Result<T> = std::result::Result<T, ShmError>;
