@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod devargs;
+pub mod gate;
 mod stats;
 
 pub use devargs::{Devargs, DevargsError};

@@ -11,10 +11,10 @@ use memnic_ethdev::{
 };
 use memnic_shm::Region;
 
-use crate::gate::{Enter, Gate, GateMember};
 use crate::layout::*;
 use crate::ring::{self, Oversize};
 use crate::{host, slot, MemnicError};
+use memnic_ethdev::gate::{Enter, Gate, GateMember};
 
 /// Which burst implementation the guest queues run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

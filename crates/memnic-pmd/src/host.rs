@@ -12,10 +12,10 @@ use memnic_ethdev::{
 };
 use memnic_shm::Region;
 
-use crate::gate::{Enter, Gate, GateMember};
 use crate::layout::*;
 use crate::ring::{self, Oversize};
 use crate::{slot, MemnicError};
+use memnic_ethdev::gate::{Enter, Gate, GateMember};
 
 /// Most host tx queues one port offers (several host lcores sending into one `up` ring).
 pub const MAX_HOST_TX_QUEUES: u16 = 16;

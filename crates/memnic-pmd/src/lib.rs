@@ -3,10 +3,9 @@
 //! region, behind memnic's burst API.
 //!
 //! Layers: [`layout`] holds the wire constants, [`slot`] the per-slot handshake steps, `ring` the
-//! burst loops both sides share, `gate` the parking of queues during a reset.
+//! burst loops both sides share, `memnic_ethdev::gate` parks the queues during a reset.
 #![forbid(unsafe_code)]
 
-mod gate;
 pub mod guest;
 pub mod host;
 pub mod layout;

@@ -77,8 +77,12 @@ pub fn claim_shared(s: &impl StatusWord) -> Result<(), u32> {
 /// Producer: undo a claim (the multi-producer false positive).
 #[inline(always)]
 pub fn unclaim(s: &impl StatusWord) {
-    // Relaxed: nothing was written to the slot under this claim.
-    s.store(PKT_ST_FREE, Relaxed)
+    // Release, although nothing was written under this claim: the claim's Acquire synchronized
+    // with the consumer's `release` of the frame before, and a plain store does not continue
+    // that release sequence. The next producer's Acquire claim pairs with this store, so its
+    // payload writes stay ordered after the consumer's reads (C2). Relaxed here is a data race
+    // (tests/loom_slot.rs, two_producers_false_positive_then_reuse).
+    s.store(PKT_ST_FREE, Release)
 }
 
 /// Producer: publish the slot after writing len and data.

@@ -1,4 +1,5 @@
-//! Keeping a side's queues out of its rings while they are reset.
+//! Keeping a port's queues out of its shared memory while the control path changes it (a reset,
+//! a reconnect).
 //!
 //! The lcores that poll a port's queues and the thread that resets the port are different
 //! threads, and a queue may not be polled at all (an rx queue under txonly forwarding, or any
@@ -30,7 +31,7 @@ struct State(AtomicU64);
 
 /// Shared by the resetter and the queues of one side of one port.
 #[derive(Default)]
-pub(crate) struct Gate {
+pub struct Gate {
     generation: AtomicU64,
     members: Mutex<Vec<Arc<State>>>,
     /// One reset at a time.
@@ -39,7 +40,7 @@ pub(crate) struct Gate {
 
 /// What a queue does at the top of a burst.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Enter {
+pub enum Enter {
     Run,
     /// A reset finished since the last burst: zero the ring index, then run.
     Restart,
@@ -126,7 +127,7 @@ impl Gate {
 }
 
 /// A queue's handle on its side's gate.
-pub(crate) struct GateMember {
+pub struct GateMember {
     gate: Arc<Gate>,
     state: Arc<State>,
     seen: u64,
