@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
 
 use crate::{Result, ShmError};
 
@@ -370,6 +370,16 @@ impl Region {
         }
         // SAFETY: checked just above: inside the mapping and 8-aligned; any bit pattern is valid.
         unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(offset).cast()) }
+    }
+
+    /// The 16-bit word at `offset` (2-byte aligned); see [`Region::u32`].
+    #[inline(always)]
+    pub fn u16(&self, offset: usize) -> &AtomicU16 {
+        if let Err(e) = self.check(offset, 2, 2) {
+            out_of_bounds(e)
+        }
+        // SAFETY: checked just above: inside the mapping and 2-aligned; any bit pattern is valid.
+        unsafe { AtomicU16::from_ptr(self.base.as_ptr().add(offset).cast()) }
     }
 
     /// Copies `dst.len()` bytes from the region at `offset` into private memory.
