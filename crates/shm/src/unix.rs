@@ -1176,7 +1176,7 @@ mod tests {
     }
 
     #[test]
-    fn poll_reports_the_ready_descriptor_and_hangup() {
+    fn readiness_of_eventfd_and_hangup_of_socket() {
         let (a, b) = SeqpacketConn::pair().unwrap();
         let ev = EventFd::new().unwrap();
         {
