@@ -172,7 +172,10 @@ pub fn pick_cpus(cfg: &TesterConfig) -> Result<(usize, usize), TesterError> {
 /// Runs every (trial, size, variant), alternating variants inside each trial so that machine
 /// noise hits them alike; returns one row per (variant, size), in the order of `cfg.sizes` then
 /// `cfg.variants`. `progress` is called after each sample.
-pub fn run(cfg: &TesterConfig, mut progress: impl FnMut(Variant, u32, &Sample)) -> Result<Vec<Row>, TesterError> {
+pub fn run(
+    cfg: &TesterConfig,
+    mut progress: impl FnMut(Variant, u32, &Sample),
+) -> Result<Vec<Row>, TesterError> {
     if !(1..=MAX_BURST).contains(&cfg.burst) {
         return Err(TesterError::BadBurst(cfg.burst));
     }
@@ -188,7 +191,8 @@ pub fn run(cfg: &TesterConfig, mut progress: impl FnMut(Variant, u32, &Sample)) 
         pcfg.buf_size = JUMBO + DEFAULT_HEADROOM;
     }
     let pool = Mempool::new(&pcfg).map_err(|e| TesterError::Setup(e.to_string()))?;
-    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); cfg.variants.len()]; cfg.sizes.len()];
+    let mut samples: Vec<Vec<Vec<Sample>>> =
+        vec![vec![Vec::new(); cfg.variants.len()]; cfg.sizes.len()];
     for _ in 0..cfg.trials {
         for (si, &size) in cfg.sizes.iter().enumerate() {
             for (vi, &variant) in cfg.variants.iter().enumerate() {
@@ -248,7 +252,8 @@ pub fn run_once(
     (host_cpu, pmd_cpu): (usize, usize),
     pool: &Mempool,
 ) -> Result<Sample, TesterError> {
-    let region = Arc::new(Region::private(AREA_SIZE, true).map_err(|e| TesterError::Setup(e.to_string()))?);
+    let region =
+        Arc::new(Region::private(AREA_SIZE, true).map_err(|e| TesterError::Setup(e.to_string()))?);
     memnic_pmd::host::init_region(&region, true).map_err(|e| TesterError::Setup(e.to_string()))?;
     let stop = Arc::new(AtomicBool::new(false));
     let host = {
@@ -266,8 +271,11 @@ pub fn run_once(
     gcfg.variant = variant;
     gcfg.framesz = (size > MAX_FRAME_LEN).then_some(size);
     let result = (|| {
-        let mut port = GuestPort::on_region("tester0", region.clone(), &gcfg).map_err(|e| TesterError::Setup(e.to_string()))?;
-        let (mut rxq, mut txq) = port.take_queue_pair(pool).map_err(|e| TesterError::Setup(e.to_string()))?;
+        let mut port = GuestPort::on_region("tester0", region.clone(), &gcfg)
+            .map_err(|e| TesterError::Setup(e.to_string()))?;
+        let (mut rxq, mut txq) = port
+            .take_queue_pair(pool)
+            .map_err(|e| TesterError::Setup(e.to_string()))?;
         let phase = Arc::new(AtomicU32::new(0));
         let burst = cfg.burst;
         let direction = cfg.direction;
@@ -297,8 +305,11 @@ pub fn run_once(
                                 cache.free_all(&mut pkts);
                             }
                             Direction::Tx => {
-                                let want = burst - pkts.len(); cache.alloc_up_to(&mut pkts, want);
-                                for m in pkts.iter_mut() { m.set_len(size as usize); }
+                                let want = burst - pkts.len();
+                                cache.alloc_up_to(&mut pkts, want);
+                                for m in pkts.iter_mut() {
+                                    m.set_len(size as usize);
+                                }
                                 txq.burst(&mut pkts);
                             }
                             Direction::Both => {
@@ -324,7 +335,10 @@ pub fn run_once(
         let (t0, rx0, tx0) = marks[0];
         let (t1, rx1, tx1) = marks[1];
         let secs = (t1 - t0).as_secs_f64();
-        Ok(Sample { rx_mpps: (rx1 - rx0) as f64 / secs / 1e6, tx_mpps: (tx1 - tx0) as f64 / secs / 1e6 })
+        Ok(Sample {
+            rx_mpps: (rx1 - rx0) as f64 / secs / 1e6,
+            tx_mpps: (tx1 - tx0) as f64 / secs / 1e6,
+        })
     })();
     stop.store(true, Relaxed);
     host.join()
@@ -346,11 +360,29 @@ mod tests {
 
     #[test]
     fn bad_config_is_refused() {
-        let cfg = TesterConfig { burst: 0, ..Default::default() };
-        assert!(matches!(run(&cfg, |_, _, _| {}), Err(TesterError::BadBurst(0))));
-        let cfg = TesterConfig { sizes: vec![5000], ..Default::default() };
-        assert!(matches!(run(&cfg, |_, _, _| {}), Err(TesterError::BadSize(5000))));
-        let cfg = TesterConfig { host_cpu: Some(4096), ..Default::default() };
-        assert!(matches!(run(&cfg, |_, _, _| {}), Err(TesterError::CpuNotAllowed(4096, _))));
+        let cfg = TesterConfig {
+            burst: 0,
+            ..Default::default()
+        };
+        assert!(matches!(
+            run(&cfg, |_, _, _| {}),
+            Err(TesterError::BadBurst(0))
+        ));
+        let cfg = TesterConfig {
+            sizes: vec![5000],
+            ..Default::default()
+        };
+        assert!(matches!(
+            run(&cfg, |_, _, _| {}),
+            Err(TesterError::BadSize(5000))
+        ));
+        let cfg = TesterConfig {
+            host_cpu: Some(4096),
+            ..Default::default()
+        };
+        assert!(matches!(
+            run(&cfg, |_, _, _| {}),
+            Err(TesterError::CpuNotAllowed(4096, _))
+        ));
     }
 }
