@@ -3,10 +3,20 @@
 //!
 //! * [`msg`]: the control messages and their 128-byte wire form (pure, fuzzable code). The
 //!   socket side (SEQPACKET, descriptor passing, eventfds) is `memnic_shm::unix`.
+//! * [`ring`]: rings and descriptors in shared memory, bounds-checked.
+//! * [`queue`]: the data path behind the burst API (copy mode, both roles).
+//! * [`port`]: the control channel (client and server handshakes, disconnect, reconnect) and the
+//!   `memif` driver for devargs.
 
 #![forbid(unsafe_code)]
 
 pub mod msg;
+pub mod port;
+pub mod queue;
+pub mod ring;
+
+pub use port::{MemifConfig, MemifError, MemifPort, DRIVER};
+pub use queue::Role;
 
 pub use msg::{
     AddRegion, AddRing, Disconnect, FdKind, FixedStr, Hello, Init, InterfaceMode, Msg, MsgError,

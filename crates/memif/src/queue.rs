@@ -1,0 +1,660 @@
+//! The memif data path behind the burst API: copy mode for both roles, and zero-copy for a
+//! client (`specs/memif.md` §5–§8).
+//!
+//! The control path installs a [`Conn`] for each queue while the queues are parked by the gate,
+//! and takes it away again on disconnect; a queue reloads it when the gate says "restart". A
+//! queue that finds the peer breaking the protocol (a counter out of range, a descriptor outside
+//! its region) stops using the rings, counts an error and flags the port for DISCONNECT.
+
+use std::sync::atomic::{
+    fence, AtomicBool,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
+};
+use std::sync::{Arc, Mutex};
+
+use memnic_ethdev::gate::{Enter, GateMember};
+use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
+use memnic_shm::unix::EventFd;
+
+use crate::ring::{Desc, Regions, Ring, DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
+
+/// Which end of the connection this port is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// Everything a queue needs while connected.
+#[derive(Clone)]
+pub struct Conn {
+    pub role: Role,
+    pub ring: Ring,
+    pub regions: Regions,
+    /// Client, copy mode: where slot 0's buffer starts in region 0, and the buffer size.
+    pub buffers: Option<(usize, u32)>,
+    /// The ring's interrupt eventfd (kick the peer unless it masks; wait on it when idle).
+    pub irq: Option<Arc<EventFd>>,
+    /// Client zero copy: descriptors point at pool buffers in this region index.
+    pub zero_copy_region: Option<u16>,
+}
+
+/// Shared between the control path and one queue.
+#[derive(Default)]
+pub struct QueueSlot {
+    pub conn: Mutex<Option<Conn>>,
+}
+
+/// Set by a queue that saw the peer break the protocol; the control path disconnects.
+#[derive(Default)]
+pub struct Broken {
+    flag: AtomicBool,
+    why: Mutex<Option<&'static str>>,
+}
+
+impl Broken {
+    #[cold]
+    pub fn set(&self, why: &'static str) {
+        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        // Release pairs with the Acquire in `take`: the reason is visible with the flag.
+        self.flag.store(true, Release);
+    }
+
+    /// The reason, once, if a queue flagged one.
+    pub fn take(&self) -> Option<&'static str> {
+        // Acquire pairs with the Release in `set`.
+        if !self.flag.swap(false, Acquire) {
+            return None;
+        }
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// State common to rx and tx queues.
+pub struct QueueCore {
+    gate: GateMember,
+    slot: Arc<QueueSlot>,
+    broken: Arc<Broken>,
+    conn: Option<Conn>,
+    /// Our own counter: the client's head, or the server's tail.
+    own: u16,
+    /// Where we are in the peer's counter: the server's last_head, the client's last_tail.
+    seen: u16,
+    /// Client zero copy: the buffer parked in each slot.
+    parked: Vec<Option<Mbuf>>,
+    cache: PoolCache,
+    stats: QueueStats,
+    cell: Arc<StatsCell>,
+}
+
+impl QueueCore {
+    pub fn new(
+        gate: GateMember,
+        slot: Arc<QueueSlot>,
+        broken: Arc<Broken>,
+        cache: PoolCache,
+        cell: Arc<StatsCell>,
+    ) -> QueueCore {
+        QueueCore {
+            gate,
+            slot,
+            broken,
+            conn: None,
+            own: 0,
+            seen: 0,
+            parked: Vec::new(),
+            cache,
+            stats: QueueStats::default(),
+            cell,
+        }
+    }
+
+    /// Top of a burst: false means "not connected, do nothing" (gate already left).
+    #[inline(always)]
+    fn enter(&mut self) -> bool {
+        match self.gate.enter() {
+            Enter::Run => {}
+            Enter::Parked => return false,
+            Enter::Restart => self.reload(),
+        }
+        if self.conn.is_some() {
+            return true;
+        }
+        self.gate.exit();
+        false
+    }
+
+    #[cold]
+    fn reload(&mut self) {
+        for m in self.parked.drain(..).flatten() {
+            self.cache.free(m);
+        }
+        self.conn = self
+            .slot
+            .conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        // Both sides start at head = tail = 0 after CONNECT.
+        self.own = 0;
+        self.seen = 0;
+        if let Some(c) = &self.conn {
+            self.parked.resize_with(c.ring.size() as usize, || None);
+        }
+    }
+
+    #[inline(always)]
+    fn exit(&mut self) {
+        self.gate.exit();
+        self.cell.publish(&self.stats);
+    }
+
+    /// The peer broke the protocol: stop using the rings until the control path reconnects.
+    #[cold]
+    #[inline(never)]
+    fn protocol_error(&mut self, why: &'static str) {
+        self.stats.errors += 1;
+        self.conn = None;
+        for m in self.parked.drain(..).flatten() {
+            self.cache.free(m);
+        }
+        self.broken.set(why);
+    }
+
+    fn kick(c: &Conn) {
+        if let Some(irq) = &c.irq {
+            // SeqCst fence: our counter store must be visible before we read the peer's
+            // MASK_INT, or a peer going to sleep could miss this frame (store→load, pairs with
+            // the fence in `RxQueue::arm_interrupt`).
+            fence(SeqCst);
+            // Relaxed: ordered by the fence above.
+            if c.ring.flags().load(Relaxed) & RING_FLAG_MASK_INT == 0 {
+                let _ = irq.notify();
+            }
+        }
+    }
+}
+
+/// A memif rx queue (either role).
+pub struct MemifRxQueue {
+    core: QueueCore,
+}
+
+/// A memif tx queue (either role).
+pub struct MemifTxQueue {
+    core: QueueCore,
+}
+
+impl MemifRxQueue {
+    pub fn new(core: QueueCore) -> Self {
+        MemifRxQueue { core }
+    }
+
+    /// Interrupt mode: clears MASK_INT so the peer kicks the eventfd, then says whether frames
+    /// are already waiting (if so, poll instead of sleeping). Returns None when not connected.
+    pub fn arm_interrupt(&mut self) -> Option<bool> {
+        let c = self.core.conn.as_ref()?;
+        // Relaxed: ordered by the fence below.
+        c.ring.flags().store(0, Relaxed);
+        // SeqCst fence: MASK_INT cleared before we re-read the peer's counter (store→load);
+        // pairs with the fence in `QueueCore::kick`.
+        fence(SeqCst);
+        let pending = match c.role {
+            Role::Server => c.ring.head().load(Acquire) != self.core.seen,
+            Role::Client => c.ring.tail().load(Acquire) != self.core.seen,
+        };
+        Some(pending)
+    }
+
+    /// Back to polling: sets MASK_INT (the peer stops kicking).
+    pub fn disarm_interrupt(&mut self) {
+        if let Some(c) = &self.core.conn {
+            // Relaxed: a hint to the peer; a late kick is harmless.
+            c.ring.flags().store(RING_FLAG_MASK_INT, Relaxed);
+        }
+    }
+
+    /// The eventfd to wait on while armed.
+    pub fn interrupt(&self) -> Option<Arc<EventFd>> {
+        self.core.conn.as_ref().and_then(|c| c.irq.clone())
+    }
+
+    /// Server: consume frames the client queued on a C2S ring, then publish tail.
+    fn rx_server(
+        q: &mut QueueCore,
+        pkts: &mut Vec<Mbuf>,
+        max: usize,
+    ) -> Result<usize, &'static str> {
+        let QueueCore {
+            conn,
+            seen,
+            cache,
+            stats,
+            ..
+        } = q;
+        let c = conn.as_ref().expect("entered");
+        let ring = &c.ring;
+        // Acquire pairs with the client's Release store of head: descriptors and data are there.
+        let head = ring.head().load(Acquire);
+        let avail = head.wrapping_sub(*seen);
+        if avail > ring.size() {
+            return Err("Ring head out of range");
+        }
+        let start = pkts.len();
+        let mut used: u16 = 0;
+        while used < avail && pkts.len() - start < max {
+            let Some(mut m) = cache.alloc() else {
+                stats.nombuf += 1;
+                break;
+            };
+            let mut len = 0usize;
+            let mut fits = true;
+            loop {
+                if used == avail {
+                    // A chain must be published whole.
+                    cache.free(m);
+                    return Err("Chained buffer runs past head");
+                }
+                let d = ring.read_desc(seen.wrapping_add(used));
+                used += 1;
+                let Some(src) = c.regions.locate(d.region, d.offset, d.length) else {
+                    cache.free(m);
+                    return Err("Descriptor outside its region");
+                };
+                let n = d.length as usize;
+                if fits && len + n <= m.capacity() {
+                    src.read_bytes(d.offset as usize, &mut m.room_mut()[len..len + n])
+                        .expect("located");
+                    len += n;
+                } else {
+                    fits = false;
+                }
+                if d.flags & DESC_FLAG_NEXT == 0 {
+                    break;
+                }
+            }
+            if fits {
+                m.set_len(len);
+                stats.bytes += len as u64;
+                pkts.push(m);
+            } else {
+                stats.errors += 1; // larger than our buffers: dropped
+                cache.free(m);
+            }
+        }
+        *seen = seen.wrapping_add(used);
+        // Release pairs with the client's Acquire load of tail: we are done with these slots.
+        ring.tail().store(*seen, Release);
+        let n = pkts.len() - start;
+        stats.packets += n as u64;
+        Ok(n)
+    }
+
+    /// Client: take frames the server wrote into our S2C slots, then refill the ring.
+    fn rx_client(
+        q: &mut QueueCore,
+        pkts: &mut Vec<Mbuf>,
+        max: usize,
+    ) -> Result<usize, &'static str> {
+        let QueueCore {
+            conn,
+            own,
+            seen,
+            parked,
+            cache,
+            stats,
+            ..
+        } = q;
+        let c = conn.as_ref().expect("entered");
+        let ring = &c.ring;
+        // Acquire pairs with the server's Release store of tail.
+        let tail = ring.tail().load(Acquire);
+        let avail = tail.wrapping_sub(*seen);
+        if avail > own.wrapping_sub(*seen) {
+            return Err("Ring tail passed head");
+        }
+        let start = pkts.len();
+        let mut used: u16 = 0;
+        'frames: while used < avail && pkts.len() - start < max {
+            let first = used;
+            let mut frame: Option<Mbuf> = None;
+            let mut fits = true;
+            loop {
+                if used == avail {
+                    if let Some(m) = frame.take() {
+                        cache.free(m);
+                    }
+                    return Err("Chained buffer runs past tail");
+                }
+                let slot = seen.wrapping_add(used);
+                let d = ring.read_desc(slot);
+                used += 1;
+                if let Some((base, bsize)) = c.buffers {
+                    if d.length > bsize {
+                        if let Some(m) = frame.take() {
+                            cache.free(m);
+                        }
+                        return Err("Descriptor longer than its buffer");
+                    }
+                    if frame.is_none() {
+                        match cache.alloc() {
+                            Some(m) => frame = Some(m),
+                            None => {
+                                stats.nombuf += 1;
+                                used = first;
+                                break 'frames;
+                            }
+                        }
+                    }
+                    let m = frame.as_mut().expect("set above");
+                    let (len, n) = (m.len(), d.length as usize);
+                    // Read from our own layout, not the offset in the descriptor.
+                    let off = base + (slot & ring.mask()) as usize * bsize as usize;
+                    if fits && m.append(n).is_some() {
+                        c.regions.0[0]
+                            .read_bytes(off, &mut m.data_mut()[len..len + n])
+                            .expect("own layout");
+                    } else {
+                        fits = false;
+                    }
+                } else {
+                    let Some(mut m) = parked[(slot & ring.mask()) as usize].take() else {
+                        if let Some(f) = frame.take() {
+                            cache.free(f);
+                        }
+                        return Err("Tail moved over an empty slot");
+                    };
+                    if !m.set_len(d.length as usize) {
+                        cache.free(m);
+                        if let Some(f) = frame.take() {
+                            cache.free(f);
+                        }
+                        return Err("Descriptor longer than its buffer");
+                    }
+                    match &mut frame {
+                        None => frame = Some(m),
+                        Some(f) => {
+                            // A chain in zero copy: gather into the first buffer.
+                            let at = f.len();
+                            if fits && f.append(m.len()).is_some() {
+                                f.data_mut()[at..].copy_from_slice(m.data());
+                            } else {
+                                fits = false;
+                            }
+                            cache.free(m);
+                        }
+                    }
+                }
+                if d.flags & DESC_FLAG_NEXT == 0 {
+                    break;
+                }
+            }
+            let m = frame.expect("at least one slot");
+            if fits {
+                stats.bytes += m.len() as u64;
+                pkts.push(m);
+            } else {
+                stats.errors += 1;
+                cache.free(m);
+            }
+        }
+        *seen = seen.wrapping_add(used);
+        Self::refill(c, own, *seen, parked, cache);
+        let n = pkts.len() - start;
+        stats.packets += n as u64;
+        Ok(n)
+    }
+
+    /// Client: hand every free S2C slot back to the server with its capacity, publish head.
+    fn refill(
+        c: &Conn,
+        own: &mut u16,
+        seen: u16,
+        parked: &mut [Option<Mbuf>],
+        cache: &mut PoolCache,
+    ) {
+        let ring = &c.ring;
+        let size = ring.size();
+        let mut head = *own;
+        while head.wrapping_sub(seen) < size {
+            let slot = head & ring.mask();
+            let d = match (c.zero_copy_region, c.buffers) {
+                (_, Some((base, bsize))) => Desc {
+                    flags: 0,
+                    region: 0,
+                    length: bsize,
+                    offset: (base + slot as usize * bsize as usize) as u32,
+                },
+                (Some(region), None) => {
+                    let Some(m) = cache.alloc() else { break };
+                    let d = Desc {
+                        flags: 0,
+                        region,
+                        length: m.capacity() as u32,
+                        offset: m.region_offset() as u32,
+                    };
+                    parked[slot as usize] = Some(m);
+                    d
+                }
+                (None, None) => break,
+            };
+            ring.write_desc(slot, d);
+            head = head.wrapping_add(1);
+        }
+        if head != *own {
+            *own = head;
+            // Release pairs with the server's Acquire load of head: the descriptors are set.
+            ring.head().store(head, Release);
+        }
+    }
+}
+
+impl RxQueue for MemifRxQueue {
+    fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        if !self.core.enter() {
+            return 0;
+        }
+        let max = max.min(MAX_BURST);
+        let res = match self.core.conn.as_ref().map(|c| c.role) {
+            Some(Role::Server) => Self::rx_server(&mut self.core, pkts, max),
+            Some(Role::Client) => Self::rx_client(&mut self.core, pkts, max),
+            None => Ok(0),
+        };
+        let n = res.unwrap_or_else(|why| {
+            self.core.protocol_error(why);
+            0
+        });
+        self.core.exit();
+        n
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.core.stats
+    }
+}
+
+impl MemifTxQueue {
+    pub fn new(core: QueueCore) -> Self {
+        MemifTxQueue { core }
+    }
+
+    /// Client: queue frames on a C2S ring (copy or zero copy), publish head.
+    fn tx_client(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, &'static str> {
+        let QueueCore {
+            conn,
+            own,
+            seen,
+            parked,
+            cache,
+            stats,
+            ..
+        } = q;
+        let c = conn.as_ref().expect("entered");
+        let ring = &c.ring;
+        // Acquire pairs with the server's Release store of tail: it is done with those slots.
+        let tail = ring.tail().load(Acquire);
+        let in_flight = own.wrapping_sub(tail);
+        if in_flight > ring.size() || tail.wrapping_sub(*seen) > ring.size() {
+            return Err("Ring tail out of range");
+        }
+        // Zero copy: buffers the server has finished with go back to the pool.
+        while *seen != tail {
+            if let Some(m) = parked[(*seen & ring.mask()) as usize].take() {
+                cache.free(m);
+            }
+            *seen = seen.wrapping_add(1);
+        }
+        let mut free = ring.size() - in_flight;
+        let mut head = *own;
+        let mut sent = 0;
+        let n = pkts.len().min(MAX_BURST);
+        if let Some((base, bsize)) = c.buffers {
+            let region = &c.regions.0[0];
+            while sent < n {
+                let data = pkts[sent].data();
+                let slots = data.len().div_ceil(bsize as usize).max(1);
+                if slots > free as usize {
+                    break;
+                }
+                let mut done = 0;
+                for k in 0..slots {
+                    let slot = head & ring.mask();
+                    let off = base + slot as usize * bsize as usize;
+                    let chunk = &data[done..(done + bsize as usize).min(data.len())];
+                    region.write_bytes(off, chunk).expect("own layout");
+                    let flags = if k + 1 < slots { DESC_FLAG_NEXT } else { 0 };
+                    ring.write_desc(
+                        slot,
+                        Desc {
+                            flags,
+                            region: 0,
+                            length: chunk.len() as u32,
+                            offset: off as u32,
+                        },
+                    );
+                    done += chunk.len();
+                    head = head.wrapping_add(1);
+                }
+                free -= slots as u16;
+                stats.bytes += data.len() as u64;
+                sent += 1;
+            }
+            for m in pkts.drain(..sent) {
+                cache.free(m);
+            }
+        } else if let Some(region) = c.zero_copy_region {
+            // One slot per frame, pointing at the mbuf itself.
+            sent = n.min(free as usize);
+            for m in pkts.drain(..sent) {
+                let slot = head & ring.mask();
+                let d = Desc {
+                    flags: 0,
+                    region,
+                    length: m.len() as u32,
+                    offset: m.region_offset() as u32,
+                };
+                ring.write_desc(slot, d);
+                stats.bytes += m.len() as u64;
+                parked[slot as usize] = Some(m);
+                head = head.wrapping_add(1);
+            }
+        }
+        if head != *own {
+            *own = head;
+            // Release pairs with the server's Acquire load of head.
+            ring.head().store(head, Release);
+            QueueCore::kick(c);
+        }
+        stats.packets += sent as u64;
+        Ok(sent)
+    }
+
+    /// Server: write frames into the slots the client handed us on an S2C ring, publish tail.
+    fn tx_server(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, &'static str> {
+        let QueueCore {
+            conn,
+            own,
+            cache,
+            stats,
+            ..
+        } = q;
+        let c = conn.as_ref().expect("entered");
+        let ring = &c.ring;
+        // Acquire pairs with the client's Release store of head: its descriptors are set.
+        let head = ring.head().load(Acquire);
+        let avail = head.wrapping_sub(*own);
+        if avail > ring.size() {
+            return Err("Ring head out of range");
+        }
+        let mut tail = *own;
+        let mut used: u16 = 0;
+        let mut sent = 0;
+        let n = pkts.len().min(MAX_BURST);
+        'frames: while sent < n {
+            let data = pkts[sent].data();
+            let mut done = 0usize;
+            let mut slots: u16 = 0;
+            loop {
+                if used + slots == avail {
+                    break 'frames; // no room for the whole frame: it stays with the caller
+                }
+                let slot = tail.wrapping_add(slots);
+                let d = ring.read_desc(slot);
+                let Some(dst) = c.regions.locate(d.region, d.offset, d.length) else {
+                    return Err("Descriptor outside its region");
+                };
+                let k = (data.len() - done).min(d.length as usize);
+                if k == 0 && data.len() > done {
+                    return Err("Descriptor with no room");
+                }
+                dst.write_bytes(d.offset as usize, &data[done..done + k])
+                    .expect("located");
+                done += k;
+                slots += 1;
+                let more = done < data.len();
+                ring.write_len_flags(slot, k as u32, if more { DESC_FLAG_NEXT } else { 0 });
+                if !more {
+                    break;
+                }
+            }
+            tail = tail.wrapping_add(slots);
+            used += slots;
+            stats.bytes += data.len() as u64;
+            sent += 1;
+        }
+        for m in pkts.drain(..sent) {
+            cache.free(m);
+        }
+        if tail != *own {
+            *own = tail;
+            // Release pairs with the client's Acquire load of tail.
+            ring.tail().store(tail, Release);
+            QueueCore::kick(c);
+        }
+        stats.packets += sent as u64;
+        Ok(sent)
+    }
+}
+
+impl TxQueue for MemifTxQueue {
+    fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        if !self.core.enter() {
+            return 0;
+        }
+        let res = match self.core.conn.as_ref().map(|c| c.role) {
+            Some(Role::Client) => Self::tx_client(&mut self.core, pkts),
+            Some(Role::Server) => Self::tx_server(&mut self.core, pkts),
+            None => Ok(0),
+        };
+        let n = res.unwrap_or_else(|why| {
+            self.core.protocol_error(why);
+            0
+        });
+        self.core.exit();
+        n
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.core.stats
+    }
+}
