@@ -57,7 +57,7 @@ fn run_host(child_test: &str, variant: Variant, count: u64) {
         }
         spins += 1;
         if spins.is_multiple_of(4096) {
-            child.check_alive_or_ok();
+            child.check_alive_or_ok("GUEST_RESULT");
             if Instant::now() > deadline {
                 child.fail(&format!(
                     "host timed out: sent {} of {count}, received {} of {count}",

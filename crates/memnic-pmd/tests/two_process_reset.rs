@@ -93,7 +93,7 @@ fn poll_guest_reset_while_host_sends() {
                 break;
             }
         }
-        child.check_alive_or_ok();
+        child.check_alive_or_ok("GUEST_RESULT");
         if Instant::now() > deadline {
             child.fail(&format!(
                 "host timed out: sent {} of {N_UP} (resets {}), received {}, told {told}, guest tx {guest_tx:?}",

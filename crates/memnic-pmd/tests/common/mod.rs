@@ -470,11 +470,16 @@ impl ChildGuard {
         stdin.flush().expect("flush to the child");
     }
 
-    /// Panics (with the child's output) if the child has already exited unsuccessfully.
-    pub fn check_alive_or_ok(&mut self) {
+    /// Panics (with the child's output) if the child has exited unsuccessfully, or successfully
+    /// without printing its `result_tag` line (it did not run its role: a wrong test name).
+    pub fn check_alive_or_ok(&mut self, result_tag: &str) {
         if let Some(st) = self.try_status() {
             if !st.success() {
                 self.fail(&format!("the child exited early with {st}"));
+            }
+            self.join_readers();
+            if self.line(result_tag).is_none() {
+                self.fail(&format!("the child exited without printing {result_tag}"));
             }
         }
     }
