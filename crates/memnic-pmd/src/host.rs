@@ -266,6 +266,8 @@ impl Port for HostPort {
             stats: QueueStats::default(),
             cell,
             gate: self.shared.gate.join(),
+            // Relaxed: queues are set up before forwarding starts.
+            down_seen: self.shared.down_discards.load(Relaxed),
         }))
     }
 
@@ -329,6 +331,8 @@ pub struct HostRxQueue {
     stats: QueueStats,
     cell: Arc<StatsCell>,
     gate: GateMember,
+    /// `HostShared::down_discards` already counted in `stats.drops`.
+    down_seen: u64,
 }
 
 impl HostShared {
@@ -357,11 +361,21 @@ impl HostRxQueue {
     #[cold]
     #[inline(never)]
     fn serve_reset(&mut self) {
-        if let Some(out) = self.shared.serve(Some(&self.gate)) {
+        if self.shared.serve(Some(&self.gate)).is_some() {
             self.idx = 0;
-            // Frames the guest sent that we never received count as our rx drops.
-            self.stats.drops += out.discarded.1;
+            self.count_down_discards();
         }
+    }
+
+    /// Frames the guest sent that a reset swept before we received them count as our rx drops,
+    /// whoever served the reset (this queue, or the control thread through `Port::service`).
+    #[cold]
+    fn count_down_discards(&mut self) {
+        // Relaxed: written before the gate's Release that ended the reset, which this queue's
+        // `enter` has seen (or this queue served the reset itself).
+        let total = self.shared.down_discards.load(Relaxed);
+        self.stats.drops += total - self.down_seen;
+        self.down_seen = total;
     }
 }
 
@@ -370,7 +384,10 @@ impl RxQueue for HostRxQueue {
         match self.gate.enter() {
             Enter::Run => {}
             Enter::Parked => return 0,
-            Enter::Restart => self.idx = 0,
+            Enter::Restart => {
+                self.idx = 0;
+                self.count_down_discards();
+            }
         }
         let region = &*self.shared.region;
         let mut n = 0;
