@@ -170,6 +170,10 @@ pub struct FwdConfig {
     pub eth_peer: BTreeMap<u16, MacAddr>,
     /// Number of IP flows for `flowgen`.
     pub flows: u32,
+    /// txonly: at most this many frames sent and not yet received back (0: no limit). With a
+    /// reflector in the loop and a window below its ring sizes, nothing is ever dropped, so a
+    /// round trip can be verified for zero loss.
+    pub window: u64,
 }
 
 impl Default for FwdConfig {
@@ -181,6 +185,7 @@ impl Default for FwdConfig {
             verify: false,
             eth_peer: BTreeMap::new(),
             flows: 1024,
+            window: 0,
         }
     }
 }

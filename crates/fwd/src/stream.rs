@@ -163,8 +163,10 @@ impl Stream {
             // Also drains (and with --verify checks) what comes back, so a generator can see its
             // own frames returned by a reflector; testpmd's txonly leaves them to the NIC.
             FwdMode::TxOnly => {
-                self.generate(cfg, false);
+                // Receive first: a memif client's first receive also hands the peer its
+                // buffers, which must be there before anything comes back.
                 self.receive(cfg);
+                self.generate(cfg, false);
             }
             FwdMode::FlowGen => {
                 self.receive(cfg);
@@ -220,7 +222,14 @@ impl Stream {
     /// back are retried next time under `verify` (no gaps in the sequence), dropped otherwise.
     pub(crate) fn generate(&mut self, cfg: &FwdConfig, many_flows: bool) {
         if self.pending.is_empty() {
-            let want = cfg.burst.min(MAX_BURST);
+            let mut want = cfg.burst.min(MAX_BURST);
+            if cfg.window > 0 {
+                let out = self.counters.tx.saturating_sub(self.counters.rx);
+                want = want.min(cfg.window.saturating_sub(out) as usize);
+                if want == 0 {
+                    return;
+                }
+            }
             self.cache.alloc_up_to(&mut self.pending, want);
             let len = cfg.txpkts;
             let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);

@@ -455,12 +455,17 @@ impl RxQueue for MemifRxQueue {
             return 0;
         }
         let max = max.min(MAX_BURST);
+        let start = pkts.len();
         let res = match self.core.conn.as_ref().map(|c| c.role) {
             Some(Role::Server) => Self::rx_server(&mut self.core, pkts, max),
             Some(Role::Client) => Self::rx_client(&mut self.core, pkts, max),
             None => Ok(0),
         };
         let n = res.unwrap_or_else(|why| {
+            // Frames taken before the violation came from a ring we no longer trust.
+            for m in pkts.drain(start..) {
+                self.core.cache.free(m);
+            }
             self.core.protocol_error(why);
             0
         });

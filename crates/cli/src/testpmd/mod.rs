@@ -65,6 +65,10 @@ pub struct Args {
     /// duplicated and reordered frames
     #[arg(long)]
     verify: bool,
+    /// txonly: keep at most N frames sent and not yet received back (a reflector in the loop
+    /// then never drops, and --verify can demand zero loss)
+    #[arg(long, default_value_t = 0)]
+    window: u64,
     /// Print port statistics every N seconds (0: never)
     #[arg(long = "stats-period", default_value_t = 0)]
     stats_period: u64,
@@ -364,6 +368,7 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         verify: a.verify,
         eth_peer,
         flows: 1024,
+        window: a.window,
     };
     let mut it = stream_pools.into_iter();
     let engine = Engine::new(ports, cfg, specs, &cpus, |_, _| {
@@ -424,8 +429,8 @@ pub fn main(a: Args) -> Result<(), String> {
         return interactive::run(s, a.auto_start, a.tx_first, stop);
     }
     s.out.line(&config_fwd(&s.engine));
-    s.engine.start(a.tx_first).map_err(|e| e.to_string())?;
     s.meter = report::Meter::new(&s.engine);
+    s.engine.start(a.tx_first).map_err(|e| e.to_string())?;
     s.out
         .line("Press Ctrl-C to stop forwarding (or wait for --duration).");
     let started = Instant::now();

@@ -21,7 +21,12 @@ impl Proc {
     }
 
     pub fn spawn_with_stdin(args: &[&str], stdin: Option<&str>) -> Proc {
-        let mut child = Command::new(bin())
+        Self::spawn_program(bin(), args, stdin)
+    }
+
+    /// Any program (a DPDK peer), killed on drop like ours.
+    pub fn spawn_program(program: &str, args: &[&str], stdin: Option<&str>) -> Proc {
+        let mut child = Command::new(program)
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
