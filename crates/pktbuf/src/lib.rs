@@ -364,6 +364,20 @@ impl Mbuf {
         }
     }
 
+    /// The data followed by whatever the buffer holds after it, `n` bytes in all (for copies
+    /// rounded up to a whole vector); None if the buffer is shorter than `n`.
+    #[inline(always)]
+    pub fn data_padded(&self, n: usize) -> Option<&[u8]> {
+        if n < self.len() || n > self.capacity() {
+            return None;
+        }
+        // SAFETY: data_off + n <= buf_len (checked); the whole buffer is initialised mapped
+        // memory owned by this Mbuf.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.buf.as_ptr().add(self.data_off as usize), n)
+        })
+    }
+
     /// Sets the data length; false (and no change) if it does not fit.
     #[inline(always)]
     pub fn set_len(&mut self, len: usize) -> bool {
