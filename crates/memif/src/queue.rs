@@ -175,6 +175,17 @@ impl QueueCore {
     }
 }
 
+/// Prefetches the first lines of the buffer a descriptor points at.
+#[inline(always)]
+fn prefetch_buffer(regions: &Regions, d: Desc) {
+    if let Some(r) = regions.0.get(d.region as usize) {
+        let lines = (d.length as usize).div_ceil(64).min(4);
+        for line in 0..lines {
+            r.prefetch(d.offset as usize + line * 64);
+        }
+    }
+}
+
 /// A memif rx queue (either role).
 pub struct MemifRxQueue {
     core: QueueCore,
@@ -261,6 +272,11 @@ impl MemifRxQueue {
                     cache.free(m);
                     return Err("Descriptor outside its region");
                 };
+                if used < avail {
+                    // Start pulling the next buffer over from the peer's core while this one
+                    // is copied (a hint only: an out-of-range offset is ignored).
+                    prefetch_buffer(&c.regions, ring.read_desc(seen.wrapping_add(used)));
+                }
                 let n = d.length as usize;
                 if fits && len + n <= m.capacity() {
                     src.read_bytes(d.offset as usize, &mut m.room_mut()[len..len + n])
@@ -350,6 +366,13 @@ impl MemifRxQueue {
                     let (len, n) = (m.len(), d.length as usize);
                     // Read from our own layout, not the offset in the descriptor.
                     let off = base + (slot & ring.mask()) as usize * bsize as usize;
+                    if used < avail {
+                        let next = base
+                            + (seen.wrapping_add(used) & ring.mask()) as usize * bsize as usize;
+                        for line in 0..4 {
+                            c.regions.0[0].prefetch(next + line * 64);
+                        }
+                    }
                     if fits && m.append(n).is_some() {
                         c.regions.0[0]
                             .read_bytes(off, &mut m.data_mut()[len..len + n])
@@ -520,6 +543,16 @@ impl MemifTxQueue {
                 let slots = data.len().div_ceil(bsize as usize).max(1);
                 if slots > free as usize {
                     break;
+                }
+                if slots < free as usize && sent + 1 < n {
+                    // Ask for the next frame's buffer lines in exclusive state now: the server
+                    // read them last, and fetching them one store at a time serialises the copy.
+                    let next = base
+                        + (head.wrapping_add(slots as u16) & ring.mask()) as usize * bsize as usize;
+                    let len = pkts[sent + 1].len().min(bsize as usize);
+                    for line in (0..len).step_by(64) {
+                        region.prefetch_write(next + line);
+                    }
                 }
                 let mut done = 0;
                 for k in 0..slots {
