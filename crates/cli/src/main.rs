@@ -22,7 +22,7 @@ enum Cmd {
     /// memnic-tester: the 2014 MEMNIC PMD benchmark (Mpps per frame size)
     Tester(tester::Args),
     /// testpmd-style forwarding and traffic generation on pinned lcores
-    Testpmd(testpmd::Args),
+    Testpmd(Box<testpmd::Args>),
 }
 
 fn main() {
@@ -36,7 +36,7 @@ fn main() {
     };
     let res = match cli.cmd {
         Cmd::Tester(a) => tester::main(a),
-        Cmd::Testpmd(a) => testpmd::main(a),
+        Cmd::Testpmd(a) => testpmd::main(*a),
     };
     if let Err(msg) = res {
         eprintln!("memnic: {msg}");

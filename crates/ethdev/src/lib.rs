@@ -152,12 +152,15 @@ pub trait Port: Send {
     }
 }
 
+/// What a driver's open function returns: a port, or an error to print as one sentence.
+pub type OpenResult = Result<Box<dyn Port>, Box<dyn std::error::Error + Send + Sync>>;
+
 /// A driver: its name in devargs (`memnic` for `memnic0,...` and `net_memnic0,...`), the keys it
 /// accepts, and how it opens a port.
 pub struct Driver {
     pub name: &'static str,
     pub keys: &'static [&'static str],
-    pub open: fn(&Devargs) -> Result<Box<dyn Port>, Box<dyn std::error::Error + Send + Sync>>,
+    pub open: fn(&Devargs) -> OpenResult,
 }
 
 /// Opens the port described by `vdev` with the driver its name selects; an error is one

@@ -10,20 +10,16 @@ use std::sync::Arc;
 
 use memnic_shm::Region;
 
-/// First word of every ring.
-pub const RING_COOKIE: u32 = 0x3E31_F20;
+pub use crate::msg::{
+    COOKIE as RING_COOKIE, DESC_FLAG_NEXT, MAX_LOG2_RING_SIZE, RING_FLAG_MASK_INT,
+};
+
 pub const RING_HDR: usize = 128;
 pub const DESC_SIZE: usize = 16;
 const COOKIE_OFF: usize = 0;
 const FLAGS_OFF: usize = 4;
 const HEAD_OFF: usize = 6;
 const TAIL_OFF: usize = 64;
-/// Ring flag: the receiver polls; do not kick it.
-pub const RING_FLAG_MASK_INT: u16 = 1;
-/// Descriptor flag: the frame continues in the next slot.
-pub const DESC_FLAG_NEXT: u16 = 1;
-/// Largest log2 ring size (DPDK's limit).
-pub const MAX_LOG2_RING_SIZE: u8 = 14;
 
 /// Bytes of a ring of 2^log2 slots.
 pub const fn ring_bytes(log2: u8) -> usize {
