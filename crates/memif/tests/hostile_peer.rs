@@ -1,0 +1,436 @@
+//! A fake memif client that breaks the protocol in every way we could think of, against our
+//! server: each mistake is answered with DISCONNECT and a reason, the server never crashes, and
+//! it serves a well-behaved client afterwards. Plus a property test of descriptor validation.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use memnic_ethdev::Port;
+use memnic_memif::msg::{
+    AddRegion, AddRing, Init, InterfaceMode, Msg, Name, RingDirection, Secret, VERSION,
+};
+use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
+use memnic_memif::{MemifConfig, MemifPort, Role};
+use memnic_pktbuf::{Mempool, PoolConfig};
+use memnic_shm::unix::{poll, EventFd, PollFd, SeqpacketConn, SocketAddrSpec};
+use memnic_shm::Region;
+use proptest::prelude::*;
+
+/// Our server, serviced and polled by a background thread until dropped.
+struct Server {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    port: Arc<Mutex<MemifPort>>,
+    sock: String,
+}
+
+impl Server {
+    fn start(tag: &str) -> Server {
+        let sock = format!("/tmp/memnic-hostile-{tag}-{}.sock", std::process::id());
+        let mut port = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
+        let mut c = PoolConfig::new("h", 2048);
+        c.huge = false;
+        let pool = Mempool::new(&c).unwrap();
+        let mut rx = port.take_rx_queue(0, &pool).unwrap();
+        let _tx = port.take_tx_queue(0, &pool).unwrap();
+        let port = Arc::new(Mutex::new(port));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (port.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut cache = pool.cache();
+            let mut pkts = Vec::new();
+            while !s.load(Relaxed) {
+                p.lock().unwrap().service();
+                rx.rx_burst(&mut pkts, 32);
+                cache.free_all(&mut pkts);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        Server {
+            stop,
+            thread: Some(thread),
+            port,
+            sock,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+/// A client that speaks raw bytes.
+struct Fake {
+    conn: SeqpacketConn,
+}
+
+impl Fake {
+    fn connect(sock: &str) -> Fake {
+        let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(sock, false)).unwrap();
+        let mut f = Fake { conn };
+        assert!(
+            matches!(f.recv(), Some(Msg::Hello(_))),
+            "the server greets first"
+        );
+        f
+    }
+
+    fn recv(&mut self) -> Option<Msg> {
+        let mut pfd = [PollFd::readable(self.conn.as_fd())];
+        if poll(&mut pfd, Some(Duration::from_secs(5))).unwrap() == 0 {
+            return None;
+        }
+        let mut buf = [0u8; 256];
+        let got = self.conn.recv(&mut buf).ok()?;
+        if got.is_eof() {
+            return None;
+        }
+        Msg::decode(&buf[..got.len]).ok()
+    }
+
+    fn send(&mut self, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
+        self.conn.send(bytes, fds).unwrap();
+    }
+
+    /// Expects DISCONNECT whose reason contains `needle`, then the end of the connection.
+    fn expect_disconnect(&mut self, needle: &str) {
+        match self.recv() {
+            Some(Msg::Disconnect(d)) => {
+                let r = d.reason.to_string_lossy().to_string();
+                assert!(r.contains(needle), "reason '{r}' does not say '{needle}'");
+            }
+            other => panic!("expected DISCONNECT '{needle}', got {other:?}"),
+        }
+        assert!(self.recv().is_none(), "the server closes after DISCONNECT");
+    }
+
+    fn init(&mut self, id: u32) {
+        let m = Msg::Init(Init {
+            version: VERSION,
+            id,
+            mode: InterfaceMode::Ethernet,
+            secret: Secret::empty(),
+            name: Name::truncated("fake"),
+        });
+        self.send(&m.encode(), &[]);
+    }
+}
+
+fn region(len: usize) -> Region {
+    Region::memfd("fake", len, false).unwrap()
+}
+
+fn add_ring(dir: RingDirection, region: u16, offset: u32, log2: u8) -> Msg {
+    Msg::AddRing(AddRing {
+        direction: dir,
+        index: 0,
+        region,
+        offset,
+        log2_ring_size: log2,
+    })
+}
+
+#[test]
+fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
+    let srv = Server::start("mistakes");
+    let s = &srv.sock;
+    let ev = EventFd::new().unwrap();
+    let reg = region(1 << 20);
+
+    let mut f = Fake::connect(s);
+    f.send(&[0u8; 100], &[]);
+    f.expect_disconnect("size");
+
+    let mut f = Fake::connect(s);
+    let mut bad = Msg::Ack.encode();
+    bad[0] = 77;
+    f.send(&bad, &[]);
+    f.expect_disconnect("");
+
+    let mut f = Fake::connect(s);
+    f.send(
+        &Msg::Connect {
+            if_name: Name::truncated("x"),
+        }
+        .encode(),
+        &[],
+    );
+    f.expect_disconnect("Unexpected message");
+
+    let mut f = Fake::connect(s);
+    f.init(7);
+    f.expect_disconnect("ID not found");
+
+    let mut f = Fake::connect(s);
+    let mut m = Msg::Init(Init {
+        version: 0x0100,
+        id: 0,
+        mode: InterfaceMode::Ethernet,
+        secret: Secret::empty(),
+        name: Name::truncated("old"),
+    })
+    .encode();
+    m[2..4].copy_from_slice(&0x0100u16.to_le_bytes());
+    f.send(&m, &[]);
+    f.expect_disconnect("ersion");
+
+    let mut f = Fake::connect(s);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &Msg::AddRegion(AddRegion {
+            index: 0,
+            size: 1 << 20,
+        })
+        .encode(),
+        &[],
+    );
+    f.expect_disconnect("");
+
+    let mut f = Fake::connect(s);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &Msg::AddRegion(AddRegion {
+            index: 0,
+            size: 1 << 20,
+        })
+        .encode(),
+        &[reg.fd().unwrap(), ev.as_fd()],
+    );
+    f.expect_disconnect("");
+
+    let mut f = Fake::connect(s);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &Msg::AddRegion(AddRegion {
+            index: 0,
+            size: 2 << 20,
+        })
+        .encode(),
+        &[reg.fd().unwrap()],
+    );
+    f.expect_disconnect("");
+
+    let mut f = Fake::connect(s);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &Msg::AddRegion(AddRegion {
+            index: 1,
+            size: 1 << 20,
+        })
+        .encode(),
+        &[reg.fd().unwrap()],
+    );
+    f.expect_disconnect("");
+
+    // Rings: outside the region, missing eventfd, a wrong cookie at CONNECT.
+    for (ring, fd_too, needle) in [
+        (
+            add_ring(RingDirection::C2S, 0, (1 << 20) - 256, 10),
+            true,
+            "",
+        ),
+        (add_ring(RingDirection::C2S, 3, 0, 10), true, ""),
+        (add_ring(RingDirection::C2S, 0, 0, 10), false, "interrupt"),
+    ] {
+        let mut f = Fake::connect(s);
+        f.init(0);
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        f.send(
+            &Msg::AddRegion(AddRegion {
+                index: 0,
+                size: 1 << 20,
+            })
+            .encode(),
+            &[reg.fd().unwrap()],
+        );
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        let fds = if fd_too { vec![ev.as_fd()] } else { vec![] };
+        f.send(&ring.encode(), &fds);
+        f.expect_disconnect(needle);
+    }
+    let mut f = Fake::connect(s);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    let blank = region(1 << 20);
+    f.send(
+        &Msg::AddRegion(AddRegion {
+            index: 0,
+            size: 1 << 20,
+        })
+        .encode(),
+        &[blank.fd().unwrap()],
+    );
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &add_ring(RingDirection::C2S, 0, 0, 10).encode(),
+        &[ev.as_fd()],
+    );
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &Msg::Connect {
+            if_name: Name::truncated("x"),
+        }
+        .encode(),
+        &[],
+    );
+    f.expect_disconnect("Wrong ring");
+
+    // After all that, a well-formed client still connects.
+    let good = connect_good(s, &region(1 << 20), &ev);
+    drop(good);
+    let p = srv.port.lock().unwrap();
+    assert!(p.connects >= 1);
+}
+
+/// Handshakes properly with a C2S and an S2C ring at the start of `reg`; returns the connection.
+fn connect_good(sock: &str, reg: &Region, ev: &EventFd) -> Fake {
+    let mut f = Fake::connect(sock);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &Msg::AddRegion(AddRegion {
+            index: 0,
+            size: reg.len() as u64,
+        })
+        .encode(),
+        &[reg.fd().unwrap()],
+    );
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    let rb = ring_bytes(4);
+    for (i, dir) in [RingDirection::C2S, RingDirection::S2C]
+        .into_iter()
+        .enumerate()
+    {
+        let off = i * rb;
+        let r = Ring::new(
+            Arc::new(
+                Region::from_fd(reg.fd().unwrap().try_clone_to_owned().unwrap(), reg.len())
+                    .unwrap(),
+            ),
+            off,
+            4,
+        )
+        .unwrap();
+        r.init();
+        f.send(&add_ring(dir, 0, off as u32, 4).encode(), &[ev.as_fd()]);
+        assert!(matches!(f.recv(), Some(Msg::Ack)), "ring {i}");
+    }
+    f.send(
+        &Msg::Connect {
+            if_name: Name::truncated("good"),
+        }
+        .encode(),
+        &[],
+    );
+    assert!(matches!(f.recv(), Some(Msg::Connected { .. })), "connected");
+    f
+}
+
+#[test]
+fn poll_descriptors_outside_the_region_and_wild_counters_disconnect() {
+    let srv = Server::start("desc");
+    let ev = EventFd::new().unwrap();
+    for case in 0..3 {
+        let reg = region(1 << 16);
+        let mut f = connect_good(&srv.sock, &reg, &ev);
+        let c2s = Ring::new(
+            Arc::new(
+                Region::from_fd(reg.fd().unwrap().try_clone_to_owned().unwrap(), reg.len())
+                    .unwrap(),
+            ),
+            0,
+            4,
+        )
+        .unwrap();
+        match case {
+            // A descriptor pointing past the end of the region.
+            0 => c2s.write_desc(
+                0,
+                Desc {
+                    flags: 0,
+                    region: 0,
+                    length: 64,
+                    offset: (1 << 16) - 32,
+                },
+            ),
+            // A descriptor naming a region that was never added.
+            1 => c2s.write_desc(
+                0,
+                Desc {
+                    flags: 0,
+                    region: 5,
+                    length: 64,
+                    offset: 0,
+                },
+            ),
+            // A chain that runs past head.
+            _ => c2s.write_desc(
+                0,
+                Desc {
+                    flags: 1,
+                    region: 0,
+                    length: 64,
+                    offset: 4096,
+                },
+            ),
+        }
+        c2s.head().store(1, Relaxed);
+        if case == 2 {
+            // Also move head far beyond the ring for good measure on the next connection.
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let reason = loop {
+            match f.recv() {
+                Some(Msg::Disconnect(d)) => break d.reason.to_string_lossy().to_string(),
+                Some(_) => continue,
+                None => assert!(Instant::now() < deadline, "case {case}: no DISCONNECT"),
+            }
+        };
+        let want = ["outside its region", "outside its region", "runs past head"][case];
+        assert!(reason.contains(want), "case {case}: reason '{reason}'");
+    }
+    // A head a whole ring and more ahead of the server's tail.
+    let reg = region(1 << 16);
+    let mut f = connect_good(&srv.sock, &reg, &ev);
+    let c2s = Ring::new(
+        Arc::new(
+            Region::from_fd(reg.fd().unwrap().try_clone_to_owned().unwrap(), reg.len()).unwrap(),
+        ),
+        0,
+        4,
+    )
+    .unwrap();
+    c2s.head().store(40, Relaxed);
+    match f.recv() {
+        Some(Msg::Disconnect(d)) => assert!(d.reason.to_string_lossy().contains("out of range")),
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+}
+
+proptest! {
+    /// A descriptor is located only when it lies wholly inside an existing region.
+    #[test]
+    fn locate_accepts_exactly_the_descriptors_inside_a_region(
+        sizes in proptest::collection::vec(1usize..5, 0..4),
+        region in any::<u16>(),
+        offset in any::<u32>(),
+        len in any::<u32>(),
+    ) {
+        let regions = Regions(sizes.iter().map(|s| Arc::new(Region::private(s * 4096, false).unwrap())).collect());
+        let inside = (region as usize) < sizes.len()
+            && (offset as u64 + len as u64) <= (sizes[region as usize] * 4096) as u64;
+        prop_assert_eq!(regions.locate(region, offset, len).is_some(), inside);
+    }
+}
