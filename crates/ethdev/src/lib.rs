@@ -114,6 +114,35 @@ pub enum PortError {
     Other { port: String, what: String },
 }
 
+impl PortError {
+    /// For a port with a single queue in direction `dir`: `q` must be 0 and not taken yet;
+    /// marks it taken.
+    pub fn take_only_queue(
+        port: &str,
+        dir: &'static str,
+        q: u16,
+        taken: &mut bool,
+    ) -> Result<(), PortError> {
+        if q != 0 {
+            return Err(PortError::NoSuchQueue {
+                port: port.to_string(),
+                dir,
+                queue: q,
+                max: 1,
+            });
+        }
+        if *taken {
+            return Err(PortError::QueueTaken {
+                port: port.to_string(),
+                dir,
+                queue: q,
+            });
+        }
+        *taken = true;
+        Ok(())
+    }
+}
+
 /// The receive half of one queue.
 pub trait RxQueue: Send {
     /// Appends up to `max` received packets to `pkts` (never more than [`MAX_BURST`]) and returns

@@ -244,21 +244,6 @@ impl Port for GuestPort {
     }
 
     fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
-        if q != 0 {
-            return Err(PortError::NoSuchQueue {
-                port: self.name.clone(),
-                dir: "rx",
-                queue: q,
-                max: 1,
-            });
-        }
-        if self.rx_taken {
-            return Err(PortError::QueueTaken {
-                port: self.name.clone(),
-                dir: "rx",
-                queue: q,
-            });
-        }
         if pool.data_room() < self.framesz() {
             return Err(PortError::Other {
                 port: self.name.clone(),
@@ -269,29 +254,14 @@ impl Port for GuestPort {
                 ),
             });
         }
-        self.rx_taken = true;
+        PortError::take_only_queue(&self.name, "rx", q, &mut self.rx_taken)?;
         let cell = StatsCell::new();
         self.rx_cells.push(cell.clone());
         Ok(Box::new(self.rx_queue(pool, cell)))
     }
 
     fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
-        if q != 0 {
-            return Err(PortError::NoSuchQueue {
-                port: self.name.clone(),
-                dir: "tx",
-                queue: q,
-                max: 1,
-            });
-        }
-        if self.tx_taken {
-            return Err(PortError::QueueTaken {
-                port: self.name.clone(),
-                dir: "tx",
-                queue: q,
-            });
-        }
-        self.tx_taken = true;
+        PortError::take_only_queue(&self.name, "tx", q, &mut self.tx_taken)?;
         let cell = StatsCell::new();
         self.tx_cells.push(cell.clone());
         Ok(Box::new(self.tx_queue(pool, cell)))

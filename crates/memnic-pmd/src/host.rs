@@ -241,22 +241,7 @@ impl Port for HostPort {
     }
 
     fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
-        if q != 0 {
-            return Err(PortError::NoSuchQueue {
-                port: self.name.clone(),
-                dir: "rx",
-                queue: q,
-                max: 1,
-            });
-        }
-        if self.rx_taken {
-            return Err(PortError::QueueTaken {
-                port: self.name.clone(),
-                dir: "rx",
-                queue: q,
-            });
-        }
-        self.rx_taken = true;
+        PortError::take_only_queue(&self.name, "rx", q, &mut self.rx_taken)?;
         let cell = StatsCell::new();
         self.rx_cells.push(cell.clone());
         Ok(Box::new(HostRxQueue {
