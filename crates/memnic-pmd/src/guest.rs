@@ -160,7 +160,6 @@ impl GuestPort {
         let sh = self.shared.clone();
         let region = &*sh.region;
         let timeout = self.cfg.reset_timeout;
-        let deadline = Instant::now() + timeout;
         // Relaxed: the features word was published with the header; read before asking.
         self.features = region.u32(HDR_FEATURES).load(Relaxed);
         self.mac = host::read_mac(region);
@@ -169,6 +168,8 @@ impl GuestPort {
             .framesz
             .filter(|_| self.features & FEAT_FRAME_SIZE != 0);
         let answered = sh.gate.reset(None, timeout, || {
+            // The host gets the whole timeout, however long the queues took to step out.
+            let deadline = Instant::now() + timeout;
             region.u32(HDR_VALID).store(0, Relaxed);
             region
                 .u32(HDR_REQUEST)

@@ -117,6 +117,9 @@ pub struct ResetOutcome {
 /// inside a burst on this region.
 pub fn serve_reset(region: &Region, frame_size_feature: bool) -> ResetOutcome {
     region.u32(HDR_VALID).store(0, Relaxed);
+    // Rewritten at every reset, so a value the guest scribbled over it does not last.
+    let features = if frame_size_feature { FEAT_ALL } else { 0 };
+    region.u32(HDR_FEATURES).store(features, Relaxed);
     let discarded = sweep(region);
     let mut framesz = MAX_FRAME_LEN;
     let request = region.u32(HDR_REQUEST).load(Relaxed);
@@ -394,7 +397,6 @@ impl RxQueue for HostRxQueue {
             );
         }
         self.gate.exit();
-        self.gate.exit();
         self.cell.publish(&self.stats);
         n
     }
@@ -479,7 +481,7 @@ impl TxQueue for HostTxQueue {
             // Link down (reset under way): take nothing; the caller retries or drops (DPDK tx).
             Enter::Parked => return 0,
             Enter::Restart => {
-                // Relaxed: ordered after the Acquire in `check`, which pairs with `finish`.
+                // Relaxed: the gate (SeqCst in `enter`, Release when the reset ends) orders it.
                 self.framesz = self.shared.framesz.load(Relaxed);
                 self.private_idx = 0;
             }
