@@ -150,6 +150,11 @@ pub trait RxQueue: Send {
     fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize;
     /// The queue's counters as of the last burst.
     fn stats(&self) -> QueueStats;
+    /// Interrupt mode: sleeps until the peer signals new packets or `timeout` passes, instead of
+    /// spinning on an idle queue. Returns false at once when the driver has no interrupts.
+    fn wait(&mut self, _timeout: std::time::Duration) -> bool {
+        false
+    }
 }
 
 /// The transmit half of one queue.

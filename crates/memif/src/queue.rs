@@ -499,6 +499,23 @@ impl RxQueue for MemifRxQueue {
     fn stats(&self) -> QueueStats {
         self.core.stats
     }
+
+    /// Clears MASK_INT (the peer kicks our eventfd), re-checks the ring, sleeps on the eventfd
+    /// if it is empty, then sets MASK_INT again: polling resumes.
+    fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        let Some(pending) = self.arm_interrupt() else {
+            return false;
+        };
+        if !pending {
+            if let Some(irq) = self.interrupt() {
+                if irq.wait(Some(timeout)).unwrap_or(false) {
+                    let _ = irq.drain();
+                }
+            }
+        }
+        self.disarm_interrupt();
+        true
+    }
 }
 
 impl MemifTxQueue {

@@ -157,3 +157,50 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     drop(client);
     let _ = std::fs::remove_file(&sock);
 }
+
+/// Interrupt mode: an idle rx queue sleeps on its eventfd and the peer's transmit wakes it.
+#[test]
+fn poll_idle_rx_queue_sleeps_until_the_peer_kicks() {
+    let sock = format!("/tmp/memif-test-irq-{}.sock", std::process::id());
+    let mut server = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
+    let mut client = MemifPort::new("c", MemifConfig::new(Role::Client, &sock)).unwrap();
+    let p = pool();
+    let mut srx = server.take_rx_queue(0, &p).unwrap();
+    let _stx = server.take_tx_queue(0, &p).unwrap();
+    let _crx = client.take_rx_queue(0, &p).unwrap();
+    let mut ctx = client.take_tx_queue(0, &p).unwrap();
+    let srv = std::thread::spawn(move || {
+        assert!(server.wait_connected(Duration::from_secs(10)));
+        server
+    });
+    assert!(client.wait_connected(Duration::from_secs(10)));
+    let _server = srv.join().unwrap();
+    let mut got = Vec::new();
+    assert_eq!(srx.rx_burst(&mut got, 32), 0);
+    // Nothing sent: the wait times out (it really sleeps rather than returning at once).
+    let t = std::time::Instant::now();
+    assert!(srx.wait(Duration::from_millis(200)));
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "woke after {:?} with nothing sent",
+        t.elapsed()
+    );
+    // A frame sent from another thread while we sleep wakes us well before the timeout.
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut c = p.cache();
+        let mut v = vec![frame(&mut c, 7, 64)];
+        assert_eq!(ctx.tx_burst(&mut v), 1);
+        ctx
+    });
+    let t = std::time::Instant::now();
+    assert!(srx.wait(Duration::from_secs(10)));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the kick did not wake the queue"
+    );
+    let _ctx = sender.join().unwrap();
+    assert_eq!(srx.rx_burst(&mut got, 32), 1);
+    check(&got[0], 7, 64);
+    let _ = std::fs::remove_file(&sock);
+}
