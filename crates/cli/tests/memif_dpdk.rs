@@ -157,7 +157,8 @@ fn poll_our_server_with_dpdk_client_both_directions() {
                 "4",
                 "--json",
             ]);
-            std::thread::sleep(Duration::from_millis(500));
+            // A DPDK client does not retry: wait for our listener.
+            common::wait_for_path(&sock.0, Duration::from_secs(20));
             let txp = dpdk_txpkts(size);
             let peer = dpdk(
                 "c",
@@ -227,7 +228,7 @@ fn poll_our_client_with_dpdk_server_both_directions() {
                 &[],
                 &[&txp],
             );
-            std::thread::sleep(Duration::from_millis(1500));
+            common::wait_for_path(&sock.0, Duration::from_secs(30));
             let dev = format!("memif0,role=client,socket={},socket-abstract=no", sock.0);
             let s = size.to_string();
             let out = Proc::spawn(&[
@@ -300,7 +301,7 @@ fn poll_dpdk_zero_copy_client_to_our_server() {
         "4",
         "--json",
     ]);
-    std::thread::sleep(Duration::from_millis(500));
+    common::wait_for_path(&sock.0, Duration::from_secs(20));
     let peer = dpdk(
         "zc",
         1,
@@ -339,7 +340,7 @@ fn poll_round_trip_through_dpdk_macswap_is_clean() {
         &[],
         &[],
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    common::wait_for_path(&sock.0, Duration::from_secs(30));
     let dev = format!("memif0,role=client,socket={},socket-abstract=no", sock.0);
     let out = Proc::spawn(&[
         "testpmd",

@@ -47,7 +47,9 @@ fn poll_txonly_to_rxonly_both_ways_verified() {
             "13",
             "--json",
         ]);
-        std::thread::sleep(Duration::from_millis(700));
+        common::wait_for_path(&format!("/dev/shm/{}", shm.0), Duration::from_secs(20));
+        // The host sizes the file and writes the header right after creating it.
+        std::thread::sleep(Duration::from_millis(300));
         let guest = Proc::spawn(&[
             "testpmd",
             "-l",
@@ -121,7 +123,8 @@ fn poll_guest_macswap_reflects_host_frames() {
         "6",
         "--json",
     ]);
-    std::thread::sleep(Duration::from_millis(700));
+    common::wait_for_path(&format!("/dev/shm/{}", shm.0), Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(300));
     let guest = Proc::spawn(&[
         "testpmd",
         "-l",

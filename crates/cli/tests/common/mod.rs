@@ -124,3 +124,15 @@ pub fn json_of(out: &Output) -> serde_json::Value {
         });
     serde_json::from_str(line).expect("valid JSON")
 }
+
+/// Waits until `path` exists (a peer's socket or shared-memory file), at most `limit`.
+pub fn wait_for_path(path: &str, limit: Duration) {
+    let end = Instant::now() + limit;
+    while !std::path::Path::new(path).exists() {
+        assert!(
+            Instant::now() < end,
+            "{path} did not appear within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
