@@ -1,6 +1,6 @@
 //! `memnic tester`: prints the memnic-tester table.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use memnic_pmd::Variant;
@@ -101,13 +101,13 @@ pub fn main(a: Args) -> Result<(), String> {
     let mut done = 0;
     let rows = memnic_tester::run(&cfg, |_, _, _| {
         done += 1;
-        if !a.json {
+        if !a.json && std::io::stderr().is_terminal() {
             eprint!("\r  {done}/{total} samples ");
             let _ = std::io::stderr().flush();
         }
     })
     .map_err(|e| e.to_string())?;
-    if !a.json {
+    if !a.json && std::io::stderr().is_terminal() {
         eprint!("\r{:30}\r", "");
     }
     if a.json {

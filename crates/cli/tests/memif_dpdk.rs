@@ -229,6 +229,9 @@ fn poll_our_client_with_dpdk_server_both_directions() {
                 &[&txp],
             );
             common::wait_for_path(&sock.0, Duration::from_secs(30));
+            // DPDK creates the socket at probe but starts forwarding a little later; frames that
+            // arrive before its port starts are not echoed.
+            std::thread::sleep(Duration::from_millis(1500));
             let dev = format!("memif0,role=client,socket={},socket-abstract=no", sock.0);
             let s = size.to_string();
             let out = Proc::spawn(&[
@@ -341,6 +344,9 @@ fn poll_round_trip_through_dpdk_macswap_is_clean() {
         &[],
     );
     common::wait_for_path(&sock.0, Duration::from_secs(30));
+    // DPDK creates the socket at probe but starts forwarding a little later; frames that
+    // arrive before its port starts are not echoed.
+    std::thread::sleep(Duration::from_millis(1500));
     let dev = format!("memif0,role=client,socket={},socket-abstract=no", sock.0);
     let out = Proc::spawn(&[
         "testpmd",
