@@ -53,8 +53,6 @@ pub enum MemifError {
     Devargs(#[from] DevargsError),
     #[error(transparent)]
     Shm(#[from] memnic_shm::ShmError),
-    #[error("zero copy is not supported yet; use zero-copy=no")]
-    ZeroCopy,
 }
 
 /// How a memif port is set up.
@@ -70,6 +68,9 @@ pub struct MemifConfig {
     pub mac: MacAddr,
     /// How long a client keeps retrying before giving up (reported as link down).
     pub connect_patience: Duration,
+    /// Client: descriptors point straight at pool buffers (pools must live in a memfd, which
+    /// is sent as a region); a server ignores it, as DPDK's does.
+    pub zero_copy: bool,
 }
 
 impl MemifConfig {
@@ -84,6 +85,7 @@ impl MemifConfig {
             bsize: 2048,
             mac: MacAddr([2, 0xfe, 0, 0, 0, 0]),
             connect_patience: Duration::from_secs(30),
+            zero_copy: false,
         }
     }
 
@@ -122,9 +124,7 @@ impl MemifConfig {
                 )
                 .into());
         }
-        if a.bool_or("zero-copy", false)? {
-            return Err(MemifError::ZeroCopy);
-        }
+        c.zero_copy = a.bool_or("zero-copy", false)? && role == Role::Client;
         if let Some(m) = a.get("mac") {
             c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
         }
@@ -178,6 +178,11 @@ pub struct MemifPort {
     tx_slots: Vec<Arc<QueueSlot>>,
     rx_cells: Vec<Arc<StatsCell>>,
     tx_cells: Vec<Arc<StatsCell>>,
+    /// Zero copy: the pools the queues use (each becomes a region after region 0), and each
+    /// queue's pool.
+    pools: Vec<Mempool>,
+    rx_pool: Vec<Option<usize>>,
+    tx_pool: Vec<Option<usize>>,
     link_up: Arc<AtomicBool>,
     /// Connections made and lost, and the last disconnect reason (ours or the peer's).
     pub connects: u64,
@@ -213,11 +218,28 @@ impl MemifPort {
             tx_slots: Vec::new(),
             rx_cells: Vec::new(),
             tx_cells: Vec::new(),
+            pools: Vec::new(),
+            rx_pool: Vec::new(),
+            tx_pool: Vec::new(),
             link_up: Arc::new(AtomicBool::new(false)),
             connects: 0,
             disconnects: 0,
             last_reason: None,
         })
+    }
+
+    /// The index of `pool` among the pools of this port (added if new).
+    fn pool_index(&mut self, pool: &Mempool) -> usize {
+        let region = pool.region() as *const Region;
+        if let Some(i) = self
+            .pools
+            .iter()
+            .position(|p| std::ptr::eq(p.region(), region))
+        {
+            return i;
+        }
+        self.pools.push(pool.clone());
+        self.pools.len() - 1
     }
 
     pub fn is_connected(&self) -> bool {
@@ -338,6 +360,20 @@ impl MemifPort {
             }),
             Some(region_fd),
         ));
+        if self.cfg.zero_copy {
+            for (i, pool) in self.pools.iter().enumerate() {
+                let r = pool.region();
+                let Some(fd) = r.fd() else { continue };
+                let fd = fd.try_clone_to_owned().map_err(|e| e.to_string())?;
+                queue.push((
+                    Msg::AddRegion(AddRegion {
+                        index: 1 + i as u16,
+                        size: r.len() as u64,
+                    }),
+                    Some(fd),
+                ));
+            }
+        }
         for (add, fd) in rings {
             queue.push((Msg::AddRing(add), Some(fd)));
         }
@@ -378,6 +414,11 @@ impl MemifPort {
         s2c: u16,
         log2: u8,
     ) -> Result<(Session, OwnedFd, usize, Vec<(AddRing, OwnedFd)>), String> {
+        // Zero copy: pools that live in a memfd become regions 1, 2, ...
+        let zc_region = |pool: Option<usize>| -> Option<u16> {
+            let p = pool?;
+            (self.cfg.zero_copy && self.pools[p].region().fd().is_some()).then_some(1 + p as u16)
+        };
         let rb = ring_bytes(log2);
         let nrings = c2s as usize + s2c as usize;
         let slots = 1usize << log2;
@@ -421,7 +462,10 @@ impl MemifPort {
                     self.cfg.bsize,
                 )),
                 irq: Some(irq),
-                zero_copy_region: None,
+                zero_copy_region: match dir {
+                    RingDirection::C2S => zc_region(self.tx_pool.get(index).copied().flatten()),
+                    RingDirection::S2C => zc_region(self.rx_pool.get(index).copied().flatten()),
+                },
             };
             match dir {
                 RingDirection::C2S if index < nq => tx[index] = Some(conn),
@@ -677,6 +721,8 @@ impl Port for MemifPort {
 
     fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
         take(&mut self.rx_slots, &mut self.rx_cells, q, &self.name, "rx")?;
+        let p = self.pool_index(pool);
+        set_at(&mut self.rx_pool, q, p);
         let core = QueueCore::new(
             self.gate.join(),
             self.rx_slots[q as usize].clone(),
@@ -689,6 +735,8 @@ impl Port for MemifPort {
 
     fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
         take(&mut self.tx_slots, &mut self.tx_cells, q, &self.name, "tx")?;
+        let p = self.pool_index(pool);
+        set_at(&mut self.tx_pool, q, p);
         let core = QueueCore::new(
             self.gate.join(),
             self.tx_slots[q as usize].clone(),
@@ -754,6 +802,13 @@ impl Port for MemifPort {
             None => Vec::new(),
         }
     }
+}
+
+fn set_at(v: &mut Vec<Option<usize>>, q: u16, p: usize) {
+    if v.len() <= q as usize {
+        v.resize(q as usize + 1, None);
+    }
+    v[q as usize] = Some(p);
 }
 
 fn take(

@@ -345,7 +345,7 @@ impl MemifRxQueue {
                 let slot = seen.wrapping_add(used);
                 let d = ring.read_desc(slot);
                 used += 1;
-                if let Some((base, bsize)) = c.buffers {
+                if let (None, Some((base, bsize))) = (c.zero_copy_region, c.buffers) {
                     if d.length > bsize {
                         if let Some(m) = frame.take() {
                             cache.free(m);
@@ -442,13 +442,13 @@ impl MemifRxQueue {
         while head.wrapping_sub(seen) < size {
             let slot = head & ring.mask();
             let d = match (c.zero_copy_region, c.buffers) {
-                (_, Some((base, bsize))) => Desc {
+                (None, Some((base, bsize))) => Desc {
                     flags: 0,
                     region: 0,
                     length: bsize,
                     offset: (base + slot as usize * bsize as usize) as u32,
                 },
-                (Some(region), None) => {
+                (Some(region), _) => {
                     let Some(m) = cache.alloc() else { break };
                     let d = Desc {
                         flags: 0,
@@ -553,10 +553,33 @@ impl MemifTxQueue {
         let mut head = *own;
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
-        if let Some((base, bsize)) = c.buffers {
-            let region = &c.regions.0[0];
-            while sent < n {
-                let data = pkts[sent].data();
+        // Zero copy: the slot each sent frame is parked in (+1), 0 for frames that were copied.
+        let mut park = [0u16; MAX_BURST];
+        let (base, bsize) = c.buffers.unwrap_or((0, 0));
+        let region0 = &c.regions.0[0];
+        while sent < n {
+            let m = &pkts[sent];
+            if let Some(region) = c.zero_copy_region.filter(|_| cache.pool().owns(m)) {
+                // One slot pointing at the mbuf itself; it is freed once tail passes it.
+                if free == 0 {
+                    break;
+                }
+                let slot = head & ring.mask();
+                let d = Desc {
+                    flags: 0,
+                    region,
+                    length: m.len() as u32,
+                    offset: m.region_offset() as u32,
+                };
+                ring.write_desc(slot, d);
+                park[sent] = slot + 1;
+                head = head.wrapping_add(1);
+                free -= 1;
+            } else {
+                if bsize == 0 {
+                    break;
+                }
+                let data = m.data();
                 let slots = data.len().div_ceil(bsize as usize).max(1);
                 if slots > free as usize {
                     break;
@@ -568,7 +591,7 @@ impl MemifTxQueue {
                         + (head.wrapping_add(slots as u16) & ring.mask()) as usize * bsize as usize;
                     let len = pkts[sent + 1].len().min(bsize as usize);
                     for line in (0..len).step_by(64) {
-                        region.prefetch_write(next + line);
+                        region0.prefetch_write(next + line);
                     }
                 }
                 let mut done = 0;
@@ -576,7 +599,7 @@ impl MemifTxQueue {
                     let slot = head & ring.mask();
                     let off = base + slot as usize * bsize as usize;
                     let chunk = &data[done..(done + bsize as usize).min(data.len())];
-                    region.write_bytes(off, chunk).expect("own layout");
+                    region0.write_bytes(off, chunk).expect("own layout");
                     let flags = if k + 1 < slots { DESC_FLAG_NEXT } else { 0 };
                     ring.write_desc(
                         slot,
@@ -591,27 +614,15 @@ impl MemifTxQueue {
                     head = head.wrapping_add(1);
                 }
                 free -= slots as u16;
-                stats.bytes += data.len() as u64;
-                sent += 1;
             }
-            for m in pkts.drain(..sent) {
+            stats.bytes += m.len() as u64;
+            sent += 1;
+        }
+        for (m, p) in pkts.drain(..sent).zip(park) {
+            if p == 0 {
                 cache.free(m);
-            }
-        } else if let Some(region) = c.zero_copy_region {
-            // One slot per frame, pointing at the mbuf itself.
-            sent = n.min(free as usize);
-            for m in pkts.drain(..sent) {
-                let slot = head & ring.mask();
-                let d = Desc {
-                    flags: 0,
-                    region,
-                    length: m.len() as u32,
-                    offset: m.region_offset() as u32,
-                };
-                ring.write_desc(slot, d);
-                stats.bytes += m.len() as u64;
-                parked[slot as usize] = Some(m);
-                head = head.wrapping_add(1);
+            } else {
+                parked[(p - 1) as usize] = Some(m);
             }
         }
         if head != *own {

@@ -307,6 +307,8 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         }
         let mut cfg = PoolConfig::new(format!("mb_pool_{node}"), a.total_num_mbufs);
         cfg.buf_size = a.mbuf_size;
+        // In a memfd, so a zero-copy memif client can hand the buffers to its peer.
+        cfg.shared = true;
         let p = Mempool::new(&cfg).map_err(|e| e.to_string())?;
         bind_or_warn(p.region(), 0, p.region().len(), node, &out);
         pools.push((node, p.clone()));

@@ -1,0 +1,88 @@
+//! Our memif client and server against each other, two processes, copy and zero-copy modes,
+//! two queue pairs, each direction, with the integrity verifier.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{json_of, Proc};
+
+fn n(v: &serde_json::Value, k: &str) -> u64 {
+    v["ports"][0][k]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+#[test]
+fn poll_client_and_server_copy_and_zero_copy_two_queue_pairs_verified() {
+    for zero_copy in ["no", "yes"] {
+        for client_sends in [true, false] {
+            let sock = format!(
+                "/tmp/memnic-pair-{zero_copy}-{client_sends}-{}.sock",
+                std::process::id()
+            );
+            let _ = std::fs::remove_file(&sock);
+            let (smode, cmode) = if client_sends {
+                ("rxonly", "txonly")
+            } else {
+                ("txonly", "rxonly")
+            };
+            let sdev = format!("memif0,role=server,socket={sock}");
+            let cdev = format!("memif0,role=client,socket={sock},zero-copy={zero_copy}");
+            let q = [
+                "--rxq", "2", "--txq", "2", "--verify", "--txpkts", "1000", "--json",
+            ];
+            let mut sargs = vec![
+                "testpmd",
+                "-l",
+                "0",
+                "--vdev",
+                &sdev,
+                "--forward-mode",
+                smode,
+                "--duration",
+                "6",
+            ];
+            sargs.extend_from_slice(&q);
+            let server = Proc::spawn(&sargs);
+            common::wait_for_path(&sock, Duration::from_secs(20));
+            let mut cargs = vec![
+                "testpmd",
+                "-l",
+                "1",
+                "--vdev",
+                &cdev,
+                "--forward-mode",
+                cmode,
+                "--duration",
+                "3",
+            ];
+            cargs.extend_from_slice(&q);
+            let c = Proc::spawn(&cargs).wait(Duration::from_secs(30));
+            let s = server.wait(Duration::from_secs(30));
+            assert!(
+                c.status.success() && s.status.success(),
+                "{}",
+                String::from_utf8_lossy(&c.stderr)
+            );
+            let (cj, sj) = (json_of(&c), json_of(&s));
+            let (tx, rx) = if client_sends { (&cj, &sj) } else { (&sj, &cj) };
+            let what = format!("zero-copy={zero_copy} client_sends={client_sends}");
+            assert!(n(rx, "good") > 10_000, "{what}: {rx}");
+            for k in ["lost", "corrupted", "duplicated", "reordered"] {
+                assert_eq!(n(rx, k), 0, "{what}: {k} in {rx}");
+            }
+            assert_eq!(n(rx, "good"), n(rx, "rx_packets"), "{what}");
+            // Frames still in the rings when the sender leaves are not read (the link goes down
+            // with it); at most two rings of them.
+            let (t, r) = (n(tx, "tx_packets"), n(rx, "rx_packets"));
+            assert!(
+                t >= r && t - r <= 2 * 1024,
+                "{what}: sent {t}, received {r}"
+            );
+            // Two queue pairs, each carrying traffic.
+            assert_eq!(rx["lcores"][0]["streams"], 2, "{what}");
+            let _ = std::fs::remove_file(&sock);
+        }
+    }
+}
