@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# memif txonly -> rxonly, side by side on this machine: DPDK<->DPDK, memnic<->memnic, and memnic
+# memif txonly -> rxonly, side by side on this machine: DPDK<->DPDK, memnic<->memnic (copy and
+# zero-copy client), and memnic
 # with DPDK in both roles. The server receives (started first), the client sends; one CPU each
 # (server on CPU 0, client on CPU 1). Mpps = median of the receiver's 1-s Rx-pps samples (first
 # two and last one dropped), with min-max; ratios against DPDK<->DPDK.
@@ -37,12 +38,14 @@ server() { # impl log
             --forward-mode=rxonly --stats-period 1 --duration $((T + 3)) >"$2" 2>&1
     fi
 }
-client() { # impl size log
+client() { # impl size log   (impl: dpdk, memnic, or memnic-zc for our zero-copy client)
     if [ "$1" = dpdk ]; then
         timeout -s INT "$T" dpdk-testpmd $EAL --lcores=0@1,1@1 --file-prefix c$$ \
             --vdev=net_memif0,role=client,socket=$SOCK,socket-abstract=no -- $APP --forward-mode=txonly --txpkts="$2" >"$3" 2>&1 || true
     else
-        timeout -s INT $((T + 3)) $OURS testpmd -l 1 --vdev memif0,role=client,socket=$SOCK \
+        local zc=no
+        [ "$1" = memnic-zc ] && zc=yes
+        timeout -s INT $((T + 3)) $OURS testpmd -l 1 --vdev memif0,role=client,socket=$SOCK,zero-copy=$zc \
             --forward-mode=txonly --txpkts="$2" --duration "$T" >"$3" 2>&1 || true
     fi
 }
@@ -60,7 +63,7 @@ pair() {
              printf "%.2f %.2f %.2f %d\n", m/1e6, a[1]/1e6, a[NR]/1e6, NR }'
 }
 
-PAIRS="dpdk:dpdk memnic:memnic memnic:dpdk dpdk:memnic"
+PAIRS="dpdk:dpdk memnic:memnic memnic:dpdk dpdk:memnic memnic:memnic-zc"
 declare -A R
 for s in $SIZES; do
     for p in $PAIRS; do
@@ -79,11 +82,11 @@ if [ $JSON = 1 ]; then
     exit 0
 fi
 echo "memif txonly -> rxonly, server (receiver) on CPU 0, client (sender) on CPU 1, ${T} s per run; Mpps median (min-max), ratio to DPDK<->DPDK"
-printf '%6s | %-20s | %-27s | %-27s | %-27s\n' size "DPDK srv <- DPDK cli" "memnic srv <- memnic cli" "memnic srv <- DPDK cli" "DPDK srv <- memnic cli"
+printf '%6s | %-20s | %-27s | %-27s | %-27s | %-27s\n' size "DPDK srv <- DPDK cli" "memnic srv <- memnic cli" "memnic srv <- DPDK cli" "DPDK srv <- memnic cli" "memnic srv <- memnic zc cli"
 for s in $SIZES; do
     set -- ${R[dpdk:dpdk:$s]}; base=$1
     line=$(printf '%6s | %5.2f (%5.2f-%5.2f)  ' "$s" "$1" "$2" "$3")
-    for p in memnic:memnic memnic:dpdk dpdk:memnic; do
+    for p in memnic:memnic memnic:dpdk dpdk:memnic memnic:memnic-zc; do
         set -- ${R[$p:$s]}
         ratio=$(awk -v a="$1" -v b="$base" 'BEGIN{ printf "%.2fx", (b>0)? a/b : 0 }')
         line+=$(printf ' | %5.2f (%5.2f-%5.2f) %6s' "$1" "$2" "$3" "$ratio")
