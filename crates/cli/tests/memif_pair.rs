@@ -86,3 +86,63 @@ fn poll_client_and_server_copy_and_zero_copy_two_queue_pairs_verified() {
         }
     }
 }
+
+/// `--rx-interrupt`: an idle server lcore sleeps on the eventfd instead of spinning, and wakes up
+/// when frames come.
+#[test]
+fn poll_rx_interrupt_sleeps_when_idle_and_wakes_for_traffic() {
+    let sock = format!("/tmp/memnic-irq-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&sock);
+    let sdev = format!("memif0,role=server,socket={sock}");
+    let cdev = format!("memif0,role=client,socket={sock}");
+    let server = Proc::spawn(&[
+        "testpmd",
+        "-l",
+        "0",
+        "--vdev",
+        &sdev,
+        "--forward-mode",
+        "rxonly",
+        "--rx-interrupt",
+        "--duration",
+        "7",
+        "--json",
+    ]);
+    common::wait_for_path(&sock, Duration::from_secs(20));
+    // A client that sends nothing for 2.5 s.
+    let idle = Proc::spawn(&[
+        "testpmd",
+        "-l",
+        "1",
+        "--vdev",
+        &cdev,
+        "--forward-mode",
+        "rxonly",
+        "--duration",
+        "2.5",
+    ]);
+    let t0 = server.cpu_time();
+    let _ = idle.wait(Duration::from_secs(20));
+    let spent = server.cpu_time() - t0;
+    assert!(
+        spent < Duration::from_millis(1200),
+        "an idle interrupt-mode lcore used {spent:?} of CPU in 2.5 s"
+    );
+    // Then a client that sends: the sleeping lcore wakes up and receives.
+    let busy = Proc::spawn(&[
+        "testpmd",
+        "-l",
+        "1",
+        "--vdev",
+        &cdev,
+        "--forward-mode",
+        "txonly",
+        "--duration",
+        "2",
+    ]);
+    let _ = busy.wait(Duration::from_secs(20));
+    let s = server.wait(Duration::from_secs(20));
+    let j = json_of(&s);
+    assert!(n(&j, "rx_packets") > 10_000, "{j}");
+    let _ = std::fs::remove_file(&sock);
+}

@@ -174,6 +174,9 @@ pub struct FwdConfig {
     /// reflector in the loop and a window below its ring sizes, nothing is ever dropped, so a
     /// round trip can be verified for zero loss.
     pub window: u64,
+    /// After a run of empty polls an rx stream sleeps on its queue's interrupt (memif eventfd)
+    /// instead of spinning; the whole lcore sleeps, so use one stream per lcore.
+    pub rx_interrupt: bool,
 }
 
 impl Default for FwdConfig {
@@ -186,6 +189,7 @@ impl Default for FwdConfig {
             eth_peer: BTreeMap::new(),
             flows: 1024,
             window: 0,
+            rx_interrupt: false,
         }
     }
 }

@@ -116,6 +116,8 @@ pub struct Stream {
     /// Generated frames the tx queue handed back, sent first next time (verify mode).
     pending: Vec<Mbuf>,
     verifier: Verifier,
+    /// Empty polls in a row (interrupt mode).
+    idle_polls: u32,
     counters: StreamCounters,
     cell: Arc<StreamCell>,
 }
@@ -145,6 +147,7 @@ impl Stream {
             pkts: Vec::with_capacity(MAX_BURST),
             pending: Vec::with_capacity(MAX_BURST),
             verifier: Verifier::new(),
+            idle_polls: 0,
             counters: StreamCounters::default(),
             cell: Arc::new(StreamCell::default()),
         }
@@ -158,8 +161,17 @@ impl Stream {
     #[inline]
     pub(crate) fn forward(&mut self, cfg: &FwdConfig) {
         match cfg.mode {
-            FwdMode::Io | FwdMode::Mac | FwdMode::MacSwap => self.relay(cfg),
-            FwdMode::RxOnly => self.receive(cfg),
+            FwdMode::Io | FwdMode::Mac | FwdMode::MacSwap | FwdMode::RxOnly => {
+                let rx_before = self.counters.rx;
+                if cfg.mode == FwdMode::RxOnly {
+                    self.receive(cfg);
+                } else {
+                    self.relay(cfg);
+                }
+                if cfg.rx_interrupt {
+                    self.idle_or_sleep(self.counters.rx == rx_before);
+                }
+            }
             // Also drains (and with --verify checks) what comes back, so a generator can see its
             // own frames returned by a reflector; testpmd's txonly leaves them to the NIC.
             FwdMode::TxOnly => {
@@ -174,6 +186,20 @@ impl Stream {
             }
         }
         self.cell.publish(&self.counters);
+    }
+
+    /// Interrupt mode: after a run of empty polls, sleep on the rx queue's interrupt (if the
+    /// driver has one) instead of spinning.
+    fn idle_or_sleep(&mut self, idle: bool) {
+        if !idle {
+            self.idle_polls = 0;
+            return;
+        }
+        self.idle_polls += 1;
+        if self.idle_polls >= 256 {
+            self.idle_polls = 0;
+            self.rxq.wait(std::time::Duration::from_millis(100));
+        }
     }
 
     fn relay(&mut self, cfg: &FwdConfig) {

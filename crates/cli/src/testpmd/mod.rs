@@ -69,6 +69,10 @@ pub struct Args {
     /// then never drops, and --verify can demand zero loss)
     #[arg(long, default_value_t = 0)]
     window: u64,
+    /// An idle rx stream sleeps on its queue's interrupt (memif eventfd) instead of spinning;
+    /// the whole lcore sleeps, so give each rx queue its own lcore
+    #[arg(long = "rx-interrupt")]
+    rx_interrupt: bool,
     /// Print port statistics every N seconds (0: never)
     #[arg(long = "stats-period", default_value_t = 0)]
     stats_period: u64,
@@ -371,6 +375,7 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         eth_peer,
         flows: 1024,
         window: a.window,
+        rx_interrupt: a.rx_interrupt,
     };
     let mut it = stream_pools.into_iter();
     let engine = Engine::new(ports, cfg, specs, &cpus, |_, _| {

@@ -68,6 +68,20 @@ impl Proc {
         }
     }
 
+    /// The child's CPU time so far (user + system), from /proc.
+    pub fn cpu_time(&self) -> Duration {
+        let pid = self.child.as_ref().map(|c| c.id()).unwrap_or(0);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name (which ends with ')'): utime is the 14th field overall.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+        Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+    }
+
     /// Sends SIGINT (as Ctrl-C would).
     pub fn interrupt(&self) {
         if let Some(c) = &self.child {
