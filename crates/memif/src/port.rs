@@ -271,8 +271,17 @@ impl MemifPort {
     fn install(&self, s: Option<&Session>) {
         let set = || {
             for (i, slot) in self.rx_slots.iter().enumerate() {
-                *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) =
-                    s.and_then(|s| s.rx.get(i).cloned().flatten());
+                let conn = s.and_then(|s| s.rx.get(i).cloned().flatten());
+                // A client posts its S2C rings now: a server that sends before our first rx
+                // burst would otherwise find no room and drop.
+                let prefilled = match (&conn, self.rx_pool.get(i).copied().flatten()) {
+                    (Some(c), Some(p)) if c.role == Role::Client => {
+                        MemifRxQueue::prefill_client_rx(c, &self.pools[p])
+                    }
+                    _ => Vec::new(),
+                };
+                *slot.prefilled.lock().unwrap_or_else(|p| p.into_inner()) = prefilled;
+                *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
             }
             for (i, slot) in self.tx_slots.iter().enumerate() {
                 *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) =

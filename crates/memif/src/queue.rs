@@ -43,6 +43,8 @@ pub struct Conn {
 #[derive(Default)]
 pub struct QueueSlot {
     pub conn: Mutex<Option<Conn>>,
+    /// Client zero copy: the pool buffers the control path posted on the S2C ring at connect.
+    pub prefilled: Mutex<Vec<Option<Mbuf>>>,
 }
 
 /// Set by a queue that saw the peer break the protocol; the control path disconnects.
@@ -135,9 +137,21 @@ impl QueueCore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        // Both sides start at head = tail = 0 after CONNECT.
-        self.own = 0;
+        // Both sides start at tail = 0 after CONNECT; a client's S2C head is where the control
+        // path's prefill left it (0 everywhere else).
         self.seen = 0;
+        self.own = match &self.conn {
+            // Relaxed: our own counter, written by the control path before the gate let us in.
+            Some(c) if c.role == Role::Client => c.ring.head().load(Relaxed),
+            _ => 0,
+        };
+        self.parked = std::mem::take(
+            &mut *self
+                .slot
+                .prefilled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
         if let Some(c) = &self.conn {
             self.parked.resize_with(c.ring.size() as usize, || None);
         }
@@ -426,6 +440,16 @@ impl MemifRxQueue {
         let n = pkts.len() - start;
         stats.packets += n as u64;
         Ok(n)
+    }
+
+    /// Client, at connect: post the whole S2C ring before the server can send, so frames it
+    /// transmits before our first rx burst are not dropped. Returns the buffers parked per slot.
+    pub fn prefill_client_rx(c: &Conn, pool: &memnic_ethdev::Mempool) -> Vec<Option<Mbuf>> {
+        let mut parked = Vec::new();
+        parked.resize_with(c.ring.size() as usize, || None);
+        // Zero copy takes buffers from the queue's pool; copy mode posts its own layout.
+        Self::refill(c, &mut 0, 0, &mut parked, &mut pool.cache());
+        parked
     }
 
     /// Client: hand every free S2C slot back to the server with its capacity, publish head.

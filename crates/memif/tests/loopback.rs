@@ -204,3 +204,52 @@ fn poll_idle_rx_queue_sleeps_until_the_peer_kicks() {
     check(&got[0], 7, 64);
     let _ = std::fs::remove_file(&sock);
 }
+
+/// A server may transmit the moment it is connected, before the client's first rx burst: the
+/// client posts its S2C ring at connect, so nothing is refused (copy and zero copy).
+#[test]
+fn poll_server_sends_before_the_client_first_polls() {
+    for zero_copy in [false, true] {
+        let sock = format!(
+            "/tmp/memif-test-early-{}-{zero_copy}.sock",
+            std::process::id()
+        );
+        let mut server = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
+        let mut cfg = MemifConfig::new(Role::Client, &sock);
+        cfg.zero_copy = zero_copy;
+        let mut client = MemifPort::new("c", cfg).unwrap();
+        let mut c = PoolConfig::new("early", 4096);
+        c.huge = false;
+        c.shared = true;
+        let p = Mempool::new(&c).unwrap();
+        let _srx = server.take_rx_queue(0, &p).unwrap();
+        let mut stx = server.take_tx_queue(0, &p).unwrap();
+        let mut crx = client.take_rx_queue(0, &p).unwrap();
+        let _ctx = client.take_tx_queue(0, &p).unwrap();
+        let srv = std::thread::spawn(move || {
+            let ok = server.wait_connected(Duration::from_secs(10));
+            (ok, server)
+        });
+        assert!(client.wait_connected(Duration::from_secs(10)));
+        let (ok, server) = srv.join().unwrap();
+        assert!(ok, "server: {:?}", server.last_reason);
+
+        let mut cache = p.cache();
+        let mut burst: Vec<_> = (0..32).map(|s| frame(&mut cache, s, 100)).collect();
+        assert_eq!(stx.tx_burst(&mut burst), 32, "zero_copy={zero_copy}");
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            crx.rx_burst(&mut got, 32);
+            if got.len() == 32 {
+                break;
+            }
+        }
+        assert_eq!(got.len(), 32, "zero_copy={zero_copy}");
+        for (s, m) in got.drain(..).enumerate() {
+            check(&m, s as u64, 100);
+            cache.free(m);
+        }
+        drop((server, client));
+        let _ = std::fs::remove_file(&sock);
+    }
+}
