@@ -207,6 +207,62 @@ fn poll_our_server_with_dpdk_client_both_directions() {
     }
 }
 
+/// Two of our server interfaces on one socket (ids 0 and 1, the second with a secret), two DPDK
+/// clients naming them: each reaches its own interface.
+#[test]
+fn poll_dpdk_clients_reach_two_interfaces_on_one_socket_by_id() {
+    if !have_dpdk() {
+        return;
+    }
+    let sock = Sock::new("ids");
+    let dev0 = format!(
+        "memif0,role=server,socket={},socket-abstract=no,id=0",
+        sock.0
+    );
+    let dev1 = format!(
+        "memif1,role=server,socket={},socket-abstract=no,id=1,secret=opensesame",
+        sock.0
+    );
+    let ours = Proc::spawn(&[
+        "testpmd",
+        "-l",
+        "0",
+        "--vdev",
+        &dev0,
+        "--vdev",
+        &dev1,
+        "--forward-mode",
+        "rxonly",
+        "--duration",
+        "5",
+        "--json",
+    ]);
+    common::wait_for_path(&sock.0, Duration::from_secs(20));
+    let second = format!(
+        "--vdev=net_memif1,role=client,socket={},socket-abstract=no,id=1,secret=opensesame",
+        sock.0
+    );
+    let peer = dpdk(
+        "ids",
+        1,
+        &format!(
+            "net_memif0,role=client,socket={},socket-abstract=no,id=0",
+            sock.0
+        ),
+        "txonly",
+        &[&second],
+        &["--txpkts=64"],
+    );
+    let out = ours.wait(Duration::from_secs(30));
+    let _ = stop_dpdk(peer);
+    let j = json_of(&out);
+    for port in 0..2 {
+        let rx = j["ports"][port]["rx_packets"].as_u64().unwrap_or(0);
+        assert!(rx > 1000, "port {port} received {rx}: {j}");
+        assert_eq!(j["ports"][port]["rx_errors"].as_u64(), Some(0), "{j}");
+    }
+}
+
 /// Our client, DPDK's server, each direction.
 #[test]
 fn poll_our_client_with_dpdk_server_both_directions() {

@@ -6,7 +6,7 @@
 //! * [`ring`]: rings and descriptors in shared memory, bounds-checked.
 //! * [`queue`]: the data path behind the burst API (copy mode, both roles).
 //! * [`port`]: the control channel (client and server handshakes, disconnect, reconnect) and the
-//!   `memif` driver for devargs.
+//!   `memif` driver for devargs; server interfaces share a listening socket (`socket`).
 
 #![forbid(unsafe_code)]
 
@@ -14,6 +14,7 @@ pub mod msg;
 pub mod port;
 pub mod queue;
 pub mod ring;
+mod socket;
 
 pub use port::{MemifConfig, MemifError, MemifPort, DRIVER};
 pub use queue::Role;

@@ -6,7 +6,6 @@
 //! rings, the S2C rings, then one buffer of `bsize` bytes per slot. The server maps only what it
 //! is given and validates it.
 
-use std::io::ErrorKind;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{
     AtomicBool,
@@ -20,15 +19,15 @@ use memnic_ethdev::{
     Devargs, DevargsError, LinkStatus, MacAddr, Mempool, Port, PortError, PortInfo, QueueMemory,
     QueueStats, RxQueue, StatsCell, TxQueue,
 };
-use memnic_shm::unix::{poll, EventFd, PollFd, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
+use memnic_shm::unix::{poll, EventFd, PollFd, SeqpacketConn, SocketAddrSpec};
 use memnic_shm::Region;
 
 use crate::msg::{
-    self, AddRegion, AddRing, Hello, Init, InterfaceMode, Msg, MsgError, Name, RingDirection,
-    Secret,
+    self, AddRegion, AddRing, Init, InterfaceMode, Msg, MsgError, Name, RingDirection, Secret,
 };
 use crate::queue::{Broken, Conn, MemifRxQueue, MemifTxQueue, QueueCore, QueueSlot, Role};
 use crate::ring::{ring_bytes, Regions, Ring, RING_FLAG_MASK_INT};
+use crate::socket::{read_msg, Read, RegisterError, SharedListener};
 
 /// Devargs keys, DPDK's names.
 pub const DEVARGS_KEYS: &[&str] = &[
@@ -53,6 +52,8 @@ pub enum MemifError {
     Devargs(#[from] DevargsError),
     #[error(transparent)]
     Shm(#[from] memnic_shm::ShmError),
+    #[error(transparent)]
+    Socket(#[from] RegisterError),
 }
 
 /// How a memif port is set up.
@@ -171,7 +172,8 @@ pub struct MemifPort {
     name: String,
     cfg: MemifConfig,
     phase: Phase,
-    listener: Option<SeqpacketListener>,
+    /// Server: the socket, shared with the other server interfaces on it.
+    listener: Option<Arc<SharedListener>>,
     gate: Arc<Gate>,
     broken: Arc<Broken>,
     rx_slots: Vec<Arc<QueueSlot>>,
@@ -194,11 +196,10 @@ impl MemifPort {
     pub fn new(name: &str, cfg: MemifConfig) -> Result<MemifPort, MemifError> {
         let addr = SocketAddrSpec::memif(&cfg.socket, cfg.is_abstract);
         let (listener, phase) = match cfg.role {
-            Role::Server => {
-                let l = SeqpacketListener::bind_replacing_stale(&addr)?;
-                l.set_nonblocking(true)?;
-                (Some(l), Phase::Listening)
-            }
+            Role::Server => (
+                Some(SharedListener::register(&addr, cfg.id)?),
+                Phase::Listening,
+            ),
             Role::Client => (
                 None,
                 Phase::Idle {
@@ -312,6 +313,9 @@ impl MemifPort {
             let _ = c.send(&Msg::disconnect(reason).encode(), &[]);
         }
         self.last_reason = Some(reason.to_string());
+        if let Some(l) = &self.listener {
+            l.release(self.cfg.id);
+        }
         self.phase = match self.cfg.role {
             Role::Server => Phase::Listening,
             Role::Client => Phase::Idle {
@@ -495,28 +499,24 @@ impl MemifPort {
         Ok((Session { conn: None, rx, tx }, fd, size, adds))
     }
 
-    /// Server: a new client; greet it.
+    /// Server: take a client whose INIT named our id (the shared socket greeted it) and check
+    /// that INIT.
     fn server_accept(&mut self) {
         let Some(l) = &self.listener else { return };
-        let conn = match l.accept() {
-            Ok(c) => c,
-            Err(_) => return, // nothing pending (nonblocking) or a transient error
+        let Some(p) = l.poll(self.cfg.id, true) else {
+            return;
         };
-        if conn.set_nonblocking(true).is_err() {
-            return;
-        }
-        let hello = Msg::Hello(Hello::new(Name::truncated("memnic")));
-        if conn.send(&hello.encode(), &[]).is_err() {
-            return;
-        }
         self.phase = Phase::Handshake(Box::new(Handshake {
-            conn,
+            conn: p.conn,
             queue: Vec::new(),
             prepared: None,
             regions: Vec::new(),
             rings: Vec::new(),
             inited: false,
         }));
+        if let Err(reason) = self.server_step(Msg::Init(p.init), None) {
+            self.disconnect(&reason, true);
+        }
     }
 
     /// Server: one message of the handshake. Err(reason) disconnects.
@@ -659,36 +659,17 @@ impl MemifPort {
                 },
                 _ => return,
             };
-            let mut buf = [0u8; 256];
-            let got = match conn.recv(&mut buf) {
-                Ok(g) => g,
-                Err(memnic_shm::ShmError::WouldBlock { .. }) => return,
-                Err(memnic_shm::ShmError::Io { source, .. })
-                    if source.kind() == ErrorKind::WouldBlock =>
-                {
-                    return
-                }
-                Err(e) => {
-                    self.disconnect(&format!("socket error: {e}"), false);
+            let (m, mut fds) = match read_msg(conn) {
+                Read::Nothing => return,
+                Read::Closed(why) => {
+                    self.disconnect(&why, false);
                     return;
                 }
-            };
-            if got.is_eof() {
-                self.disconnect("peer closed the connection", false);
-                return;
-            }
-            let nfds = got.fds.len();
-            let mut fds = got.fds;
-            if got.truncated {
-                self.disconnect("Invalid message size", true);
-                return;
-            }
-            let m = match Msg::decode(&buf[..got.len]).and_then(|m| m.check_fds(nfds).map(|_| m)) {
-                Ok(m) => m,
-                Err(e) => {
-                    self.disconnect(e.reason(), true);
+                Read::Bad(reason) => {
+                    self.disconnect(reason, true);
                     return;
                 }
+                Read::Msg(m, fds) => (m, fds),
             };
             if let Msg::Disconnect(d) = &m {
                 let reason = format!("peer: {}", d.reason.to_string_lossy());
@@ -788,7 +769,12 @@ impl Port for MemifPort {
                     }
                 }
             }
-            _ => {}
+            _ => {
+                // Answer clients of the other interfaces on our socket (or refuse ours: busy).
+                if let Some(l) = &self.listener {
+                    let _ = l.poll(self.cfg.id, false);
+                }
+            }
         }
         self.pump();
     }
@@ -853,6 +839,9 @@ impl Drop for MemifPort {
     fn drop(&mut self) {
         if self.is_connected() {
             self.disconnect("interface closed", true);
+        }
+        if let Some(l) = &self.listener {
+            l.unregister(self.cfg.id);
         }
     }
 }
