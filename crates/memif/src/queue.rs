@@ -189,6 +189,10 @@ impl QueueCore {
     }
 }
 
+/// Copy-mode rx: how many slots ahead of the copy their buffers are prefetched (measured: 8
+/// beat 1 by 10-30% at 64 and 256 bytes, and is no worse at 1518).
+const PREFETCH_FRAMES: u16 = 8;
+
 /// Prefetches the first lines of the buffer a descriptor points at.
 #[inline(always)]
 fn prefetch_buffer(regions: &Regions, d: Desc) {
@@ -267,6 +271,14 @@ impl MemifRxQueue {
         }
         let start = pkts.len();
         let mut used: u16 = 0;
+        // Buffers the client published are finished: pull the next PREFETCH_FRAMES over from
+        // its core ahead of the copies, so several transfers overlap (one ahead left the copy
+        // waiting on each).
+        let mut pf_next: u16 = 0;
+        while pf_next < avail.min(PREFETCH_FRAMES) {
+            prefetch_buffer(&c.regions, ring.read_desc(seen.wrapping_add(pf_next)));
+            pf_next += 1;
+        }
         while used < avail && pkts.len() - start < max {
             let Some(mut m) = cache.alloc() else {
                 stats.nombuf += 1;
@@ -286,10 +298,11 @@ impl MemifRxQueue {
                     cache.free(m);
                     return Err("Descriptor outside its region");
                 };
-                if used < avail {
-                    // Start pulling the next buffer over from the peer's core while this one
-                    // is copied (a hint only: an out-of-range offset is ignored).
-                    prefetch_buffer(&c.regions, ring.read_desc(seen.wrapping_add(used)));
+                if pf_next < avail {
+                    // Keep PREFETCH_FRAMES in flight (a hint only: an out-of-range offset is
+                    // ignored).
+                    prefetch_buffer(&c.regions, ring.read_desc(seen.wrapping_add(pf_next)));
+                    pf_next += 1;
                 }
                 let n = d.length as usize;
                 if fits && len + n <= m.capacity() {
@@ -345,6 +358,7 @@ impl MemifRxQueue {
         }
         let start = pkts.len();
         let mut used: u16 = 0;
+        let mut pf_next: u16 = 0;
         'frames: while used < avail && pkts.len() - start < max {
             let first = used;
             let mut frame: Option<Mbuf> = None;
@@ -380,12 +394,14 @@ impl MemifRxQueue {
                     let (len, n) = (m.len(), d.length as usize);
                     // Read from our own layout, not the offset in the descriptor.
                     let off = base + (slot & ring.mask()) as usize * bsize as usize;
-                    if used < avail {
+                    // Keep PREFETCH_FRAMES slots' buffers on their way from the server's core.
+                    while pf_next < avail && pf_next < used + PREFETCH_FRAMES {
                         let next = base
-                            + (seen.wrapping_add(used) & ring.mask()) as usize * bsize as usize;
+                            + (seen.wrapping_add(pf_next) & ring.mask()) as usize * bsize as usize;
                         for line in 0..4 {
                             c.regions.0[0].prefetch(next + line * 64);
                         }
+                        pf_next += 1;
                     }
                     if fits && m.append(n).is_some() {
                         c.regions.0[0]
