@@ -325,9 +325,13 @@ impl MemifRxQueue {
                 cache.free(m);
             }
         }
-        *seen = seen.wrapping_add(used);
-        // Release pairs with the client's Acquire load of tail: we are done with these slots.
-        ring.tail().store(*seen, Release);
+        if used > 0 {
+            *seen = seen.wrapping_add(used);
+            // Release pairs with the client's Acquire load of tail: we are done with these
+            // slots. Only when it moved: a store, even of the same value, takes the line away
+            // from the client, whose every tx burst then misses on it.
+            ring.tail().store(*seen, Release);
+        }
         let n = pkts.len() - start;
         stats.packets += n as u64;
         Ok(n)
