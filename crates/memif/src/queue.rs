@@ -269,6 +269,9 @@ impl MemifRxQueue {
         if avail > ring.size() {
             return Err("Ring head out of range");
         }
+        if avail == 0 {
+            return Ok(0); // the common idle poll: touch nothing else
+        }
         let start = pkts.len();
         let mut used: u16 = 0;
         // Buffers the client published are finished: pull the next PREFETCH_FRAMES over from

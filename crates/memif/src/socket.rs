@@ -21,6 +21,7 @@ use crate::msg::{Hello, Init, Msg, Name};
 const GREETING_TIMEOUT: Duration = Duration::from_secs(5);
 /// Clients greeted but not yet dispatched; more are refused (a flood must not exhaust fds).
 const MAX_GREETING: usize = 64;
+const MAX_ACCEPT_PER_POLL: usize = 16;
 
 /// What one read from a control connection gave.
 pub(crate) enum Read {
@@ -168,7 +169,8 @@ impl SharedListener {
     }
 
     fn accept_new(&self, st: &mut State) {
-        loop {
+        // A bounded number per call: a flood of connects must not hold the control path here.
+        for _ in 0..MAX_ACCEPT_PER_POLL {
             let conn = match self.listener.accept() {
                 Ok(c) => c,
                 Err(_) => return, // nothing pending (nonblocking) or a transient error

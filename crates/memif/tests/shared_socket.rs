@@ -208,3 +208,41 @@ fn a_server_with_a_secret_admits_only_clients_that_know_it() {
     drop((servers, c));
     let _ = std::fs::remove_file(&sock);
 }
+
+/// Clients that connect and never say INIT (a flood) are timed out and dropped; a real client
+/// still gets in.
+#[test]
+fn silent_clients_do_not_lock_out_a_real_one() {
+    let sock = format!("/tmp/memif-flood-{}.sock", std::process::id());
+    let p = pool();
+    let mut s = server(&sock, 0, None);
+    let _q = (
+        s.take_rx_queue(0, &p).unwrap(),
+        s.take_tx_queue(0, &p).unwrap(),
+    );
+    let (stop, h) = serve(vec![s]);
+    let addr = memnic_shm::unix::SocketAddrSpec::memif(&sock, false);
+    let silent: Vec<_> = (0..100)
+        .filter_map(|_| memnic_shm::unix::SeqpacketConn::connect(&addr).ok())
+        .collect();
+    assert!(
+        silent.len() >= 64,
+        "only {} connects went through",
+        silent.len()
+    );
+    let mut c = client(&sock, 0, None);
+    let _cq = (
+        c.take_rx_queue(0, &p).unwrap(),
+        c.take_tx_queue(0, &p).unwrap(),
+    );
+    assert!(
+        c.wait_connected(Duration::from_secs(20)),
+        "{:?}",
+        c.last_reason
+    );
+    stop.store(true, Relaxed);
+    let servers = h.join().unwrap();
+    assert_eq!(servers[0].connects, 1);
+    drop((servers, c, silent));
+    let _ = std::fs::remove_file(&sock);
+}
