@@ -159,6 +159,19 @@ struct Handshake {
     inited: bool,
 }
 
+impl Handshake {
+    fn new(conn: SeqpacketConn) -> Handshake {
+        Handshake {
+            conn,
+            queue: Vec::new(),
+            prepared: None,
+            regions: Vec::new(),
+            rings: Vec::new(),
+            inited: false,
+        }
+    }
+}
+
 /// A live connection: the socket and what the queues use.
 struct Session {
     conn: Option<SeqpacketConn>,
@@ -398,12 +411,9 @@ impl MemifPort {
         ));
         queue.reverse(); // popped from the back
         let mut h = Handshake {
-            conn,
             queue,
             prepared: Some(session),
-            regions: Vec::new(),
-            rings: Vec::new(),
-            inited: false,
+            ..Handshake::new(conn)
         };
         h.conn.set_nonblocking(true).map_err(|e| e.to_string())?;
         Self::send_next(&mut h)?;
@@ -506,14 +516,7 @@ impl MemifPort {
         let Some(p) = l.poll(self.cfg.id, true) else {
             return;
         };
-        self.phase = Phase::Handshake(Box::new(Handshake {
-            conn: p.conn,
-            queue: Vec::new(),
-            prepared: None,
-            regions: Vec::new(),
-            rings: Vec::new(),
-            inited: false,
-        }));
+        self.phase = Phase::Handshake(Box::new(Handshake::new(p.conn)));
         if let Err(reason) = self.server_step(Msg::Init(p.init), None) {
             self.disconnect(&reason, true);
         }

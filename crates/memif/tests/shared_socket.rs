@@ -30,6 +30,14 @@ fn client(sock: &str, id: u32, secret: Option<&str>) -> MemifPort {
     MemifPort::new(&format!("c{id}"), c).unwrap()
 }
 
+/// Takes queue pair 0 of a port (kept alive by the caller, unused).
+fn queues(port: &mut MemifPort, p: &Mempool) -> (Box<dyn RxQueue>, Box<dyn TxQueue>) {
+    (
+        port.take_rx_queue(0, p).unwrap(),
+        port.take_tx_queue(0, p).unwrap(),
+    )
+}
+
 /// Runs the servers' control paths on a thread until the returned flag is set.
 fn serve(mut servers: Vec<MemifPort>) -> (Arc<AtomicBool>, JoinHandle<Vec<MemifPort>>) {
     let stop = Arc::new(AtomicBool::new(false));
@@ -174,29 +182,20 @@ fn a_server_with_a_secret_admits_only_clients_that_know_it() {
     let sock = format!("/tmp/memif-secret-{}.sock", std::process::id());
     let p = pool();
     let mut s = server(&sock, 0, Some("s3cret"));
-    let _q = (
-        s.take_rx_queue(0, &p).unwrap(),
-        s.take_tx_queue(0, &p).unwrap(),
-    );
+    let _q = queues(&mut s, &p);
     let (stop, h) = serve(vec![s]);
     for (secret, why) in [
         (None, "Secret required"),
         (Some("guess"), "Incorrect secret"),
     ] {
         let mut c = client(&sock, 0, secret);
-        let _q = (
-            c.take_rx_queue(0, &p).unwrap(),
-            c.take_tx_queue(0, &p).unwrap(),
-        );
+        let _q = queues(&mut c, &p);
         assert!(!c.wait_connected(Duration::from_millis(500)));
         let r = c.last_reason.clone().unwrap_or_default();
         assert!(r.contains(why), "secret {secret:?}: {r}");
     }
     let mut c = client(&sock, 0, Some("s3cret"));
-    let _q = (
-        c.take_rx_queue(0, &p).unwrap(),
-        c.take_tx_queue(0, &p).unwrap(),
-    );
+    let _q = queues(&mut c, &p);
     assert!(
         c.wait_connected(Duration::from_secs(10)),
         "{:?}",
@@ -216,10 +215,7 @@ fn silent_clients_do_not_lock_out_a_real_one() {
     let sock = format!("/tmp/memif-flood-{}.sock", std::process::id());
     let p = pool();
     let mut s = server(&sock, 0, None);
-    let _q = (
-        s.take_rx_queue(0, &p).unwrap(),
-        s.take_tx_queue(0, &p).unwrap(),
-    );
+    let _q = queues(&mut s, &p);
     let (stop, h) = serve(vec![s]);
     let addr = memnic_shm::unix::SocketAddrSpec::memif(&sock, false);
     let silent: Vec<_> = (0..100)
@@ -231,10 +227,7 @@ fn silent_clients_do_not_lock_out_a_real_one() {
         silent.len()
     );
     let mut c = client(&sock, 0, None);
-    let _cq = (
-        c.take_rx_queue(0, &p).unwrap(),
-        c.take_tx_queue(0, &p).unwrap(),
-    );
+    let _cq = queues(&mut c, &p);
     assert!(
         c.wait_connected(Duration::from_secs(20)),
         "{:?}",
