@@ -13,7 +13,7 @@ pub mod gate;
 mod stats;
 
 pub use devargs::{Devargs, DevargsError};
-pub use memnic_pktbuf::{Mbuf, Mempool, PoolCache};
+pub use memnic_pktbuf::{ExtPool, Mbuf, Mempool, PoolCache, SegKind};
 pub use stats::{QueueStats, StatsCell};
 
 use std::fmt;
@@ -183,6 +183,12 @@ pub trait Port: Send {
     /// caller can place them on a NUMA node. Empty when the driver has none of its own.
     fn queue_memory(&self, _rx: bool, _q: u16) -> Vec<QueueMemory> {
         Vec::new()
+    }
+    /// Whether the port hands its queues' pool buffers to its peer (zero copy). Such a port
+    /// needs pools of its own in shared memory ([`PoolConfig::shared`](memnic_pktbuf::PoolConfig)),
+    /// never a pool another port (or that port's peer) can also see.
+    fn needs_own_shared_pool(&self) -> bool {
+        false
     }
 }
 

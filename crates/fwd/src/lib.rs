@@ -252,6 +252,10 @@ pub struct Engine {
 pub struct QueuePools {
     pub rx: Mempool,
     pub tx: Mempool,
+    /// A private pool (no peer sees it) for copies that must not land in peer-visible memory:
+    /// the copy-on-write of a shared or external first segment before a header rewrite. May be
+    /// `rx` or `tx` when those are private.
+    pub private: Mempool,
 }
 
 impl Engine {
@@ -286,7 +290,14 @@ impl Engine {
                 let rxq = ports[spec.rx_port as usize].take_rx_queue(spec.rx_queue, &qp.rx)?;
                 let txq = ports[spec.tx_port as usize].take_tx_queue(spec.tx_queue, &qp.tx)?;
                 let tx_mac = ports[spec.tx_port as usize].info().mac;
-                let s = Stream::new(spec, si as u16, rxq, txq, qp.tx.cache(), tx_mac);
+                if qp.private.is_shared() {
+                    return Err(FwdError::Config(format!(
+                        "pool {} is in shared memory; header rewrites need a private one",
+                        qp.private.name()
+                    )));
+                }
+                let caches = (qp.tx.cache(), qp.private.cache());
+                let s = Stream::new(spec, si as u16, rxq, txq, caches, tx_mac);
                 cells.push((spec, s.cell()));
                 lcores[li].streams.push(s);
             }

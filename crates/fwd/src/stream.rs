@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use memnic_ethdev::{MacAddr, Mbuf, PoolCache, RxQueue, TxQueue, MAX_BURST};
+use memnic_ethdev::{MacAddr, Mbuf, PoolCache, RxQueue, SegKind, TxQueue, MAX_BURST};
 
 use crate::pkt::{self, HDRS, IP_DST, IP_SRC};
 use crate::verify::{Verifier, VerifyCounts};
@@ -106,6 +106,10 @@ pub struct Stream {
     txq: Box<dyn TxQueue>,
     /// Buffers for generated frames, and the home of freed ones.
     cache: PoolCache,
+    /// A private pool's cache for copy-on-write of heads we must not write in place.
+    private: PoolCache,
+    /// Where a frame that is not one private slice is copied for the generator and verifier.
+    scratch: Vec<u8>,
     tx_mac: MacAddr,
     /// This stream's flow id in generated frames, and the session that tells restarts apart.
     flow: u16,
@@ -128,7 +132,7 @@ impl Stream {
         flow: u16,
         rxq: Box<dyn RxQueue>,
         txq: Box<dyn TxQueue>,
-        cache: PoolCache,
+        (cache, private): (PoolCache, PoolCache),
         tx_mac: MacAddr,
     ) -> Stream {
         let nanos = std::time::SystemTime::now()
@@ -139,6 +143,8 @@ impl Stream {
             rxq,
             txq,
             cache,
+            private,
+            scratch: Vec::new(),
             tx_mac,
             flow,
             session: (nanos ^ std::process::id()) as u16,
@@ -208,18 +214,26 @@ impl Stream {
             return;
         }
         self.counters.rx += n as u64;
-        match cfg.mode {
-            FwdMode::Mac => {
-                let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);
-                self.pkts
-                    .iter_mut()
-                    .for_each(|m| pkt::set_macs(m.data_mut(), dst, src));
-            }
-            FwdMode::MacSwap => self
-                .pkts
-                .iter_mut()
-                .for_each(|m| pkt::swap_macs(m.data_mut())),
-            _ => {}
+        if matches!(cfg.mode, FwdMode::Mac | FwdMode::MacSwap) {
+            let macs =
+                (cfg.mode == FwdMode::Mac).then(|| (cfg.peer_mac(self.spec.tx_port), self.tx_mac));
+            let before = self.pkts.len();
+            let private = &mut self.private;
+            self.pkts.retain_mut(|m| {
+                // Never write into memory a peer can see or that is not ours: a shared or
+                // external first segment is copied into a private buffer first.
+                if !m.make_head_private(private) {
+                    return false;
+                }
+                let f = m.as_mut_slice().expect("made private");
+                match macs {
+                    Some((dst, src)) => pkt::set_macs(f, dst, src),
+                    None => pkt::swap_macs(f),
+                }
+                true
+            });
+            // Frames no private buffer was left for.
+            self.counters.dropped += (before - self.pkts.len()) as u64;
         }
         let sent = self.txq.tx_burst(&mut self.pkts);
         self.counters.tx += sent as u64;
@@ -237,7 +251,15 @@ impl Stream {
         self.counters.rx += n as u64;
         if cfg.verify {
             for m in &self.pkts {
-                self.verifier.check(m.data());
+                match m.as_slice().filter(|_| m.nb_segs() == 1) {
+                    Some(f) => self.verifier.check(f),
+                    None => {
+                        // Peer-visible, external or chained: check a private copy.
+                        self.scratch.resize(m.len(), 0);
+                        m.copy_out(0, &mut self.scratch);
+                        self.verifier.check(&self.scratch);
+                    }
+                }
             }
             self.counters.verify = self.verifier.counts;
         }
@@ -263,7 +285,15 @@ impl Stream {
                 if !m.set_len(len) {
                     continue; // frames longer than the buffer: --mbuf-size is checked at start-up
                 }
-                let f = m.data_mut();
+                // A shared pool's buffer is built in private memory and copied in.
+                let in_place = m.kind() == SegKind::Private;
+                if !in_place {
+                    self.scratch.resize(len, 0);
+                }
+                let f = match m.as_mut_slice() {
+                    Some(f) => f,
+                    None => &mut self.scratch[..len],
+                };
                 let ip_dst = if many_flows {
                     self.flow_cursor = (self.flow_cursor + 1) % cfg.flows.max(1);
                     let c = self.flow_cursor;
@@ -275,6 +305,9 @@ impl Stream {
                 if cfg.verify {
                     pkt::write_payload(f, self.seq, self.flow, self.session);
                     self.seq += 1;
+                }
+                if !in_place {
+                    m.copy_in(0, &self.scratch[..len]);
                 }
             }
         }

@@ -292,7 +292,7 @@ impl MemifPort {
                     (Some(c), Some(p)) if c.role == Role::Client => {
                         MemifRxQueue::prefill_client_rx(c, &self.pools[p])
                     }
-                    _ => Vec::new(),
+                    _ => Default::default(),
                 };
                 *slot.prefilled.lock().unwrap_or_else(|p| p.into_inner()) = prefilled;
                 *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
@@ -693,6 +693,10 @@ impl MemifPort {
 }
 
 impl Port for MemifPort {
+    fn needs_own_shared_pool(&self) -> bool {
+        self.cfg.zero_copy
+    }
+
     fn info(&self) -> PortInfo {
         PortInfo {
             driver: "net_memif",

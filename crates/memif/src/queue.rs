@@ -43,8 +43,18 @@ pub struct Conn {
 #[derive(Default)]
 pub struct QueueSlot {
     pub conn: Mutex<Option<Conn>>,
-    /// Client zero copy: the pool buffers the control path posted on the S2C ring at connect.
-    pub prefilled: Mutex<Vec<Option<Mbuf>>>,
+    /// Client: what the control path posted on the S2C ring at connect.
+    pub prefilled: Mutex<Prefilled>,
+}
+
+/// A client's S2C ring as the control path left it at connect.
+#[derive(Default)]
+pub struct Prefilled {
+    /// Zero copy: the pool buffer parked in each slot.
+    pub parked: Vec<Option<Mbuf>>,
+    /// The head it published: the queue's own counter from then on (never re-read from the
+    /// ring, which the peer can write).
+    pub head: u16,
 }
 
 /// Set by a queue that saw the peer break the protocol; the control path disconnects.
@@ -138,20 +148,17 @@ impl QueueCore {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         // Both sides start at tail = 0 after CONNECT; a client's S2C head is where the control
-        // path's prefill left it (0 everywhere else).
+        // path's prefill left it (0 everywhere else), as it recorded it in private memory.
         self.seen = 0;
-        self.own = match &self.conn {
-            // Relaxed: our own counter, written by the control path before the gate let us in.
-            Some(c) if c.role == Role::Client => c.ring.head().load(Relaxed),
-            _ => 0,
-        };
-        self.parked = std::mem::take(
+        let prefilled = std::mem::take(
             &mut *self
                 .slot
                 .prefilled
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         );
+        self.own = prefilled.head;
+        self.parked = prefilled.parked;
         if let Some(c) = &self.conn {
             self.parked.resize_with(c.ring.size() as usize, || None);
         }
@@ -287,7 +294,6 @@ impl MemifRxQueue {
                 stats.nombuf += 1;
                 break;
             };
-            let mut len = 0usize;
             let mut fits = true;
             loop {
                 if used == avail {
@@ -307,24 +313,20 @@ impl MemifRxQueue {
                     prefetch_buffer(&c.regions, ring.read_desc(seen.wrapping_add(pf_next)));
                     pf_next += 1;
                 }
-                let n = d.length as usize;
-                if fits && len + n <= m.capacity() {
-                    src.read_bytes(d.offset as usize, &mut m.room_mut()[len..len + n])
-                        .expect("located");
-                    len += n;
-                } else {
-                    fits = false;
-                }
+                // A frame larger than one of our buffers continues in chained segments.
+                let src = src
+                    .slice(d.offset as usize, d.length as usize)
+                    .expect("located");
+                fits = fits && m.extend_from(&src, cache);
                 if d.flags & DESC_FLAG_NEXT == 0 {
                     break;
                 }
             }
             if fits {
-                m.set_len(len);
-                stats.bytes += len as u64;
+                stats.bytes += m.len() as u64;
                 pkts.push(m);
             } else {
-                stats.errors += 1; // larger than our buffers: dropped
+                stats.nombuf += 1; // the pool ran dry in the middle of a chain: dropped
                 cache.free(m);
             }
         }
@@ -398,7 +400,6 @@ impl MemifRxQueue {
                         }
                     }
                     let m = frame.as_mut().expect("set above");
-                    let (len, n) = (m.len(), d.length as usize);
                     // Read from our own layout, not the offset in the descriptor.
                     let off = base + (slot & ring.mask()) as usize * bsize as usize;
                     // Keep PREFETCH_FRAMES slots' buffers on their way from the server's core.
@@ -410,13 +411,10 @@ impl MemifRxQueue {
                         }
                         pf_next += 1;
                     }
-                    if fits && m.append(n).is_some() {
-                        c.regions.0[0]
-                            .read_bytes(off, &mut m.data_mut()[len..len + n])
-                            .expect("own layout");
-                    } else {
-                        fits = false;
-                    }
+                    let src = c.regions.0[0]
+                        .slice(off, d.length as usize)
+                        .expect("own layout");
+                    fits = fits && m.extend_from(&src, cache);
                 } else {
                     let Some(mut m) = parked[(slot & ring.mask()) as usize].take() else {
                         if let Some(f) = frame.take() {
@@ -433,15 +431,12 @@ impl MemifRxQueue {
                     }
                     match &mut frame {
                         None => frame = Some(m),
+                        // A chain in zero copy: the buffers become the packet's segments.
                         Some(f) => {
-                            // A chain in zero copy: gather into the first buffer.
-                            let at = f.len();
-                            if fits && f.append(m.len()).is_some() {
-                                f.data_mut()[at..].copy_from_slice(m.data());
-                            } else {
+                            if let Err(m) = f.chain(m) {
                                 fits = false;
+                                cache.free(m);
                             }
-                            cache.free(m);
                         }
                     }
                 }
@@ -454,7 +449,7 @@ impl MemifRxQueue {
                 stats.bytes += m.len() as u64;
                 pkts.push(m);
             } else {
-                stats.errors += 1;
+                stats.nombuf += 1; // no buffer for the rest of a chain: dropped
                 cache.free(m);
             }
         }
@@ -466,13 +461,14 @@ impl MemifRxQueue {
     }
 
     /// Client, at connect: post the whole S2C ring before the server can send, so frames it
-    /// transmits before our first rx burst are not dropped. Returns the buffers parked per slot.
-    pub fn prefill_client_rx(c: &Conn, pool: &memnic_ethdev::Mempool) -> Vec<Option<Mbuf>> {
+    /// transmits before our first rx burst are not dropped.
+    pub fn prefill_client_rx(c: &Conn, pool: &memnic_ethdev::Mempool) -> Prefilled {
         let mut parked = Vec::new();
         parked.resize_with(c.ring.size() as usize, || None);
+        let mut head = 0;
         // Zero copy takes buffers from the queue's pool; copy mode posts its own layout.
-        Self::refill(c, &mut 0, 0, &mut parked, &mut pool.cache());
-        parked
+        Self::refill(c, &mut head, 0, &mut parked, &mut pool.cache());
+        Prefilled { parked, head }
     }
 
     /// Client: hand every free S2C slot back to the server with its capacity, publish head.
@@ -497,11 +493,16 @@ impl MemifRxQueue {
                 },
                 (Some(region), _) => {
                     let Some(m) = cache.alloc() else { break };
+                    // The pool is sent as a region only if its offsets fit a descriptor.
+                    let Ok(offset) = u32::try_from(m.region_offset()) else {
+                        cache.free(m);
+                        break;
+                    };
                     let d = Desc {
                         flags: 0,
                         region,
                         length: m.capacity() as u32,
-                        offset: m.region_offset() as u32,
+                        offset,
                     };
                     parked[slot as usize] = Some(m);
                     d
@@ -606,7 +607,11 @@ impl MemifTxQueue {
         let region0 = &c.regions.0[0];
         while sent < n {
             let m = &pkts[sent];
-            if let Some(region) = c.zero_copy_region.filter(|_| cache.pool().owns(m)) {
+            let zc_offset = c
+                .zero_copy_region
+                .filter(|_| m.nb_segs() == 1 && cache.pool().owns(m))
+                .and_then(|r| Some((r, u32::try_from(m.region_offset()).ok()?)));
+            if let Some((region, offset)) = zc_offset {
                 // One slot pointing at the mbuf itself; it is freed once tail passes it.
                 if free == 0 {
                     break;
@@ -616,7 +621,7 @@ impl MemifTxQueue {
                     flags: 0,
                     region,
                     length: m.len() as u32,
-                    offset: m.region_offset() as u32,
+                    offset,
                 };
                 ring.write_desc(slot, d);
                 park[sent] = slot + 1;
@@ -626,8 +631,8 @@ impl MemifTxQueue {
                 if bsize == 0 {
                     break;
                 }
-                let data = m.data();
-                let slots = data.len().div_ceil(bsize as usize).max(1);
+                let len = m.len();
+                let slots = len.div_ceil(bsize as usize).max(1);
                 if slots > free as usize {
                     break;
                 }
@@ -645,19 +650,21 @@ impl MemifTxQueue {
                 for k in 0..slots {
                     let slot = head & ring.mask();
                     let off = base + slot as usize * bsize as usize;
-                    let chunk = &data[done..(done + bsize as usize).min(data.len())];
-                    region0.write_bytes(off, chunk).expect("own layout");
+                    let chunk = (len - done).min(bsize as usize);
+                    let dst = region0.slice(off, chunk).expect("own layout");
+                    m.copy_out_to(done, &dst);
                     let flags = if k + 1 < slots { DESC_FLAG_NEXT } else { 0 };
                     ring.write_desc(
                         slot,
                         Desc {
                             flags,
                             region: 0,
-                            length: chunk.len() as u32,
+                            length: chunk as u32,
+                            // Region 0's layout was checked to fit u32 offsets at connect.
                             offset: off as u32,
                         },
                     );
-                    done += chunk.len();
+                    done += chunk;
                     head = head.wrapping_add(1);
                 }
                 free -= slots as u16;
@@ -704,7 +711,8 @@ impl MemifTxQueue {
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
         'frames: while sent < n {
-            let data = pkts[sent].data();
+            let m = &pkts[sent];
+            let len = m.len();
             let mut done = 0usize;
             let mut slots: u16 = 0;
             loop {
@@ -716,15 +724,15 @@ impl MemifTxQueue {
                 let Some(dst) = c.regions.locate(d.region, d.offset, d.length) else {
                     return Err("Descriptor outside its region");
                 };
-                let k = (data.len() - done).min(d.length as usize);
-                if k == 0 && data.len() > done {
+                let k = (len - done).min(d.length as usize);
+                if k == 0 && len > done {
                     return Err("Descriptor with no room");
                 }
-                dst.write_bytes(d.offset as usize, &data[done..done + k])
-                    .expect("located");
+                let window = dst.slice(d.offset as usize, k).expect("located");
+                m.copy_out_to(done, &window);
                 done += k;
                 slots += 1;
-                let more = done < data.len();
+                let more = done < len;
                 ring.write_len_flags(slot, k as u32, if more { DESC_FLAG_NEXT } else { 0 });
                 if !more {
                     break;
@@ -732,7 +740,7 @@ impl MemifTxQueue {
             }
             tail = tail.wrapping_add(slots);
             used += slots;
-            stats.bytes += data.len() as u64;
+            stats.bytes += len as u64;
             sent += 1;
         }
         for m in pkts.drain(..sent) {

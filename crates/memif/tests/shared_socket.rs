@@ -58,8 +58,8 @@ fn serve(mut servers: Vec<MemifPort>) -> (Arc<AtomicBool>, JoinHandle<Vec<MemifP
 fn frame(cache: &mut PoolCache, tag: u8, seq: u8) -> Mbuf {
     let mut m = cache.alloc().unwrap();
     assert!(m.set_len(64));
-    m.data_mut().fill(seq);
-    m.data_mut()[0] = tag;
+    m.as_mut_slice().unwrap().fill(seq);
+    m.as_mut_slice().unwrap()[0] = tag;
     m
 }
 
@@ -80,7 +80,7 @@ fn recv_tags(rx: &mut dyn RxQueue, cache: &mut PoolCache, n: usize) -> Vec<u8> {
     }
     got.drain(..)
         .map(|m| {
-            let t = m.data()[0];
+            let t = m.to_vec()[0];
             cache.free(m);
             t
         })

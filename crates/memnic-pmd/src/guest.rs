@@ -449,13 +449,11 @@ impl GuestRxQueue {
             region.prefetch(slot_off(Dir::Up, next(idx)));
             // Relaxed: after the Acquire in is_filled (C1).
             let len = region.u32(off + SLOT_LEN).load(Relaxed);
-            if len == 0 || len > self.framesz || !m.set_len(len as usize) {
+            let src = region.slice(off + SLOT_DATA, len as usize);
+            if len == 0 || len > self.framesz || !src.is_ok_and(|s| m.fill_from(&s, len as usize)) {
                 ring::bad_length(&mut self.stats);
                 self.cache.free(m);
             } else {
-                region
-                    .read_bytes(off + SLOT_DATA, m.data_mut())
-                    .expect("len <= framesz <= slot room");
                 self.stats.bytes += len as u64;
                 pkts.push(m);
                 n += 1;
@@ -484,13 +482,11 @@ impl GuestRxQueue {
                 break;
             };
             let len = region.u32(off + SLOT_LEN).load(Relaxed);
-            if len == 0 || len > self.framesz || !m.set_len(len as usize) {
+            let src = region.slice(off + SLOT_DATA, len as usize);
+            if len == 0 || len > self.framesz || !src.is_ok_and(|s| m.fill_from(&s, len as usize)) {
                 self.stats.errors += 1;
                 self.cache.free(m);
             } else {
-                region
-                    .read_bytes(off + SLOT_DATA, m.data_mut())
-                    .expect("len <= framesz <= slot room");
                 self.stats.bytes += len as u64;
                 pkts.push(m);
                 n += 1;
@@ -566,9 +562,11 @@ impl GuestTxQueue {
             idx = next(idx);
             // Relaxed: published by the Release in `publish` (P1).
             region.u32(off + SLOT_LEN).store(len, Relaxed);
-            region
-                .write_bytes(off + SLOT_DATA, m.data())
-                .expect("len <= framesz <= slot room");
+            let dst = region.slice(off + SLOT_DATA, len as usize);
+            assert!(
+                dst.is_ok_and(|d| m.copy_to(&d)),
+                "len <= framesz <= slot room"
+            );
             slot::publish(region.u32(off));
             self.stats.bytes += len as u64;
             sent += 1;
@@ -607,9 +605,11 @@ impl GuestTxQueue {
             }
             idx = next(idx);
             region.u32(off + SLOT_LEN).store(len, Relaxed);
-            region
-                .write_bytes(off + SLOT_DATA, m.data())
-                .expect("len <= framesz <= slot room");
+            let dst = region.slice(off + SLOT_DATA, len as usize);
+            assert!(
+                dst.is_ok_and(|d| m.copy_to(&d)),
+                "len <= framesz <= slot room"
+            );
             fence(Ordering::SeqCst); // rte_mb()
             region.u32(off).store(PKT_ST_FILLED, Relaxed);
             self.stats.bytes += len as u64;

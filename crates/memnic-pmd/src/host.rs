@@ -459,9 +459,11 @@ impl HostTxQueue {
             let off = slot_off(Dir::Up, h);
             // Relaxed: published by the Release in `publish` (P1).
             region.u32(off + SLOT_LEN).store(len, Relaxed);
-            region
-                .write_bytes(off + SLOT_DATA, pkts[taken].data())
-                .expect("len <= framesz <= slot room");
+            let dst = region.slice(off + SLOT_DATA, len as usize);
+            assert!(
+                dst.is_ok_and(|d| pkts[taken].copy_to(&d)),
+                "len <= framesz <= slot room"
+            );
             slot::publish(region.u32(off));
             self.stats.packets += 1;
             self.stats.bytes += len as u64;

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, MAX_BURST};
 use memnic_shm::Region;
 
-use crate::layout::{next, slot_off, Dir, NR_PACKET, SLOT_DATA, SLOT_LEN};
+use crate::layout::{next, slot_off, Dir, MAX_JUMBO_FRAME_LEN, NR_PACKET, SLOT_DATA, SLOT_LEN};
 use crate::slot;
 
 /// What a producer does with a frame longer than the agreed frame size.
@@ -64,17 +64,15 @@ pub(crate) fn receive(
         // Relaxed: ordered after the Acquire load in `is_filled` of this slot (C1).
         let len = region.u32(off + SLOT_LEN).load(Relaxed);
         let m = &mut pkts[out];
-        if len == 0 || len > framesz || !m.set_len(len as usize) {
+        if len == 0 || len > framesz {
             bad_length(st);
             continue;
         }
         // Small frames are copied rounded up to 32 bytes (both the slot and the buffer have
         // the room): fixed-size vector moves instead of a memcpy call.
         let n = padded(len as usize, m.capacity());
-        if region
-            .read_bytes(off + SLOT_DATA, &mut m.room_mut()[..n])
-            .is_err()
-        {
+        let src = region.slice(off + SLOT_DATA, n);
+        if !src.is_ok_and(|s| m.fill_from(&s, len as usize)) {
             bad_length(st);
             continue;
         }
@@ -161,11 +159,15 @@ pub(crate) fn transmit_single(
         }
         // Relaxed: published by the Release store in `publish` below (P1).
         region.u32(off + SLOT_LEN).store(len, Relaxed);
-        let n = padded(len as usize, m.capacity());
-        let src = m.data_padded(n).unwrap_or(m.data());
-        region
-            .write_bytes(off + SLOT_DATA, src)
-            .expect("len <= framesz <= slot room");
+        // Small frames are copied rounded up to 32 bytes where both buffers have the room.
+        let dst = region.slice(
+            off + SLOT_DATA,
+            padded(len as usize, MAX_JUMBO_FRAME_LEN as usize),
+        );
+        assert!(
+            dst.is_ok_and(|d| m.copy_padded_to(&d)),
+            "len <= framesz <= slot room"
+        );
         slot::publish(region.u32(off));
         i = next(i);
         taken += 1;

@@ -92,7 +92,7 @@ fn frame(pool: &Mempool, len: usize, seq: u64, salt: u64) -> Mbuf {
     let mut m = pool.alloc().expect("pool");
     assert!(m.set_len(len));
     if len >= 16 {
-        common::fill(m.data_mut(), seq, salt);
+        common::fill(m.as_mut_slice().unwrap(), seq, salt);
     }
     m
 }
@@ -276,7 +276,7 @@ fn poll_guest_tx_stops_at_an_oversize_frame() {
         let mut got = Vec::new();
         assert_eq!(p.hrx.rx_burst(&mut got, 32), 1);
         assert_eq!(got[0].len(), 1518);
-        assert_eq!(common::check(got[0].data()), Ok(0));
+        assert_eq!(common::check(&got[0].to_vec()), Ok(0));
         assert_eq!(
             p.hrx.rx_burst(&mut got, 32),
             0,
@@ -307,7 +307,7 @@ fn poll_host_tx_drops_an_oversize_frame_and_counts_it() {
     assert_eq!(p.grx.rx_burst(&mut got, 32), 2);
     let seqs: Vec<_> = got
         .iter()
-        .map(|m| common::check(m.data()).unwrap())
+        .map(|m| common::check(&m.to_vec()).unwrap())
         .collect();
     assert_eq!(seqs, [0, 3]);
 }
@@ -359,7 +359,7 @@ fn host_rx_counts_bad_lengths_and_frees_the_slots() {
         let ok = good(framesz as usize, 7, DOWN);
         raw_put(&region, Dir::Down, bads.len(), framesz, &ok);
         assert_eq!(rxq.rx_burst(&mut got, 32), 1, "framesz {framesz}");
-        assert_eq!(got[0].data(), &ok[..]);
+        assert_eq!(got[0].to_vec(), ok[..]);
         let st = rxq.stats();
         assert_eq!(st.errors, bads.len() as u64, "framesz {framesz}: {st:?}");
         assert_eq!((st.packets, st.bytes), (1, framesz as u64), "{st:?}");
@@ -392,7 +392,7 @@ fn host_rx_with_small_buffers_counts_jumbo_frames_as_errors() {
     let ok = good(2000, 1, DOWN);
     raw_put(&region, Dir::Down, 1, 2000, &ok);
     assert_eq!(rxq.rx_burst(&mut got, 32), 1);
-    assert_eq!(got[0].data(), &ok[..]);
+    assert_eq!(got[0].to_vec(), ok[..]);
     assert_eq!(rxq.stats().errors, 1);
     assert_eq!(statuses(&region, Dir::Down, 2), [PKT_ST_FREE, PKT_ST_FREE]);
 }
@@ -433,7 +433,7 @@ fn poll_guest_rx_counts_bad_lengths_and_frees_the_slots() {
         raw_put(&region, Dir::Up, bads.len(), 1518, &ok);
         let mut got = Vec::new();
         assert_eq!(rxq.rx_burst(&mut got, 32), 1, "{v:?}");
-        assert_eq!(got[0].data(), &ok[..], "{v:?}");
+        assert_eq!(got[0].to_vec(), ok[..], "{v:?}");
         let st = rxq.stats();
         assert_eq!(st.errors, bads.len() as u64, "{v:?}: {st:?}");
         assert_eq!(st.packets, 1, "{v:?}: {st:?}");
@@ -469,7 +469,7 @@ fn poll_reset_with_an_idle_guest_queue() {
     let mut got = Vec::new();
     assert_eq!(grx.burst(&mut got, 5), 5, "5 read before the reset");
     for m in got.drain(..) {
-        assert_eq!(common::check(m.data()), Ok(rx.expect));
+        assert_eq!(common::check(&m.to_vec()), Ok(rx.expect));
         rx.expect += 1;
         rx.count += 1;
     }
@@ -587,7 +587,7 @@ fn poll_repeated_resets_between_bursts() {
                 gtx.tx_burst(&mut idle);
                 htx.tx_burst(&mut idle);
                 for m in v.drain(..) {
-                    let seq = common::check(m.data()).unwrap();
+                    let seq = common::check(&m.to_vec()).unwrap();
                     assert!(seq / 1000 == round, "round {round}: stale frame {seq}");
                 }
             }
@@ -616,7 +616,7 @@ fn poll_repeated_resets_between_bursts() {
         assert_eq!(header(p.host.region(), slot_off(Dir::Up, 0)), PKT_ST_FILLED);
         let mut got = Vec::new();
         assert_eq!(p.grx.rx_burst(&mut got, 32), 1);
-        assert_eq!(common::check(got[0].data()), Ok(1));
+        assert_eq!(common::check(&got[0].to_vec()), Ok(1));
     }
     assert_eq!(p.host.resets(), 6);
 }

@@ -93,7 +93,7 @@ impl Checker {
     fn poll(&mut self, rxq: &mut dyn RxQueue, strict: bool) {
         rxq.rx_burst(&mut self.buf, 32);
         for m in self.buf.drain(..) {
-            let r = common::check(m.data()).and_then(|seq| {
+            let r = common::check(&m.to_vec()).and_then(|seq| {
                 let want = common::frame_len(
                     self.seed,
                     self.salt,

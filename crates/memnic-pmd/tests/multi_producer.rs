@@ -70,7 +70,7 @@ fn poll_two_host_tx_queues_share_the_up_ring() {
                         let len = common::frame_len(seed, UP, sq, 60, 1518);
                         let mut m = cache.alloc().expect("pool");
                         assert!(m.set_len(len));
-                        common::fill(m.data_mut(), sq, UP);
+                        common::fill(m.as_mut_slice().unwrap(), sq, UP);
                         pending.push(m);
                         k += 1;
                     }
@@ -93,7 +93,7 @@ fn poll_two_host_tx_queues_share_the_up_ring() {
         while total < PRODUCERS * PER_PRODUCER {
             grx.rx_burst(&mut buf, 32);
             for m in buf.drain(..) {
-                let sq = common::check(m.data()).unwrap_or_else(|e| {
+                let sq = common::check(&m.to_vec()).unwrap_or_else(|e| {
                     failed.store(true, Relaxed);
                     panic!("after {total} frames: {e}")
                 });

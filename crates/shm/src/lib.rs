@@ -16,8 +16,10 @@ pub mod cpu;
 pub mod numa;
 mod region;
 pub mod unix;
+mod volatile;
 
 pub use region::{Backing, Region, HUGE_PAGE_SIZE};
+pub use volatile::VolatileSlice;
 
 /// Errors of this crate: each names the object and what went wrong.
 #[derive(Debug, thiserror::Error)]

@@ -469,7 +469,7 @@ impl Region {
 /// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of writes, and the two
 /// ranges must not overlap.
 #[inline(always)]
-unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     if len <= 128 && len.is_multiple_of(32) {
         for i in (0..len).step_by(32) {
             // SAFETY: i + 32 <= len, and the caller guarantees both ranges for len bytes.

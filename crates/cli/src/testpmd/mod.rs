@@ -304,19 +304,33 @@ pub fn setup(a: &Args) -> Result<Session, String> {
             lcore_of[si] = li;
         }
     }
-    let mut pools: Vec<(usize, Mempool)> = Vec::new();
-    let mut pool_for_node = |node: usize| -> Result<Mempool, String> {
-        if let Some((_, p)) = pools.iter().find(|(n, _)| *n == node) {
+    // Pools: one private pool per NUMA node, shared by the ports that copy; a port that hands
+    // its buffers to its peer (zero copy) gets a pool of its own in a memfd, so that peer can
+    // see no other port's buffers.
+    let mut pools: Vec<(PoolKey, Mempool)> = Vec::new();
+    let mut pool_for = |key: PoolKey| -> Result<Mempool, String> {
+        if let Some((_, p)) = pools.iter().find(|(k, _)| *k == key) {
             return Ok(p.clone());
         }
-        let mut cfg = PoolConfig::new(format!("mb_pool_{node}"), a.total_num_mbufs);
+        let (name, shared, node) = match key {
+            PoolKey::Node(node) => (format!("mb_pool_{node}"), false, node),
+            PoolKey::ZeroCopyPort { port, node } => (format!("zc_pool_p{port}_{node}"), true, node),
+        };
+        let mut cfg = PoolConfig::new(name, a.total_num_mbufs);
         cfg.buf_size = a.mbuf_size;
-        // In a memfd, so a zero-copy memif client can hand the buffers to its peer.
-        cfg.shared = true;
+        cfg.shared = shared;
         let p = Mempool::new(&cfg).map_err(|e| e.to_string())?;
         bind_or_warn(p.region(), 0, p.region().len(), node, &out);
-        pools.push((node, p.clone()));
+        pools.push((key, p.clone()));
         Ok(p)
+    };
+    let own_pool: Vec<bool> = ports.iter().map(|p| p.needs_own_shared_pool()).collect();
+    let key = |port: u16, node: usize| {
+        if own_pool[port as usize] {
+            PoolKey::ZeroCopyPort { port, node }
+        } else {
+            PoolKey::Node(node)
+        }
     };
     let mut placed: Vec<(StreamSpec, Placement, Placement)> = Vec::new();
     let mut stream_pools = Vec::new();
@@ -351,20 +365,34 @@ pub fn setup(a: &Args) -> Result<Session, String> {
             }
         }
         stream_pools.push(QueuePools {
-            rx: pool_for_node(rxp.node)?,
-            tx: pool_for_node(txp.node)?,
+            rx: pool_for(key(spec.rx_port, rxp.node))?,
+            tx: pool_for(key(spec.tx_port, txp.node))?,
+            private: pool_for(PoolKey::Node(txp.node))?,
         });
         placed.push((*spec, rxp, txp));
     }
     for (si, (spec, rxp, txp)) in placed.iter().enumerate() {
         let li = lcore_of[si];
+        let qp = &stream_pools[si];
         out.line(&format!(
-            "  port {} rxq {}: lcore {} (CPU {}), node {} ({}), pool mb_pool_{}",
-            spec.rx_port, spec.rx_queue, li, cpus[li], rxp.node, rxp.reason, rxp.node
+            "  port {} rxq {}: lcore {} (CPU {}), node {} ({}), pool {}",
+            spec.rx_port,
+            spec.rx_queue,
+            li,
+            cpus[li],
+            rxp.node,
+            rxp.reason,
+            qp.rx.name()
         ));
         out.line(&format!(
-            "  port {} txq {}: lcore {} (CPU {}), node {} ({}), pool mb_pool_{}",
-            spec.tx_port, spec.tx_queue, li, cpus[li], txp.node, txp.reason, txp.node
+            "  port {} txq {}: lcore {} (CPU {}), node {} ({}), pool {}",
+            spec.tx_port,
+            spec.tx_queue,
+            li,
+            cpus[li],
+            txp.node,
+            txp.reason,
+            qp.tx.name()
         ));
     }
     let cfg = FwdConfig {
@@ -384,6 +412,15 @@ pub fn setup(a: &Args) -> Result<Session, String> {
     .map_err(|e| e.to_string())?;
     let meter = report::Meter::new(&engine);
     Ok(Session { engine, meter, out })
+}
+
+/// Which pool a queue's buffers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PoolKey {
+    /// The private pool of a NUMA node.
+    Node(usize),
+    /// The pool of one zero-copy port on a node, in shared memory.
+    ZeroCopyPort { port: u16, node: usize },
 }
 
 fn bind_or_warn(region: &memnic_shm::Region, off: usize, len: usize, node: usize, out: &Out) {

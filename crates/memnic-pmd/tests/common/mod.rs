@@ -227,7 +227,7 @@ impl Sender {
             let len = frame_len(self.seed, self.salt, self.next, self.min, self.max);
             let mut m = self.cache.alloc().expect("sender pool exhausted");
             assert!(m.set_len(len), "pool buffer too small for {len} bytes");
-            fill(m.data_mut(), self.next, self.salt);
+            fill(m.as_mut_slice().unwrap(), self.next, self.salt);
             self.pending.push(m);
             self.next += 1;
         }
@@ -301,7 +301,7 @@ impl Receiver {
         );
         for m in self.buf.drain(..) {
             if let Err(e) = Self::accept(
-                m.data(),
+                &m.to_vec(),
                 self.seed,
                 self.salt,
                 self.min,

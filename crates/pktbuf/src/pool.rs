@@ -1,0 +1,372 @@
+//! [`Mempool`] and its per-lcore [`PoolCache`].
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use memnic_shm::Region;
+
+use crate::mbuf::{Links, Mbuf, SegKind};
+use crate::{PoolError, DEFAULT_BUF_SIZE, DEFAULT_CACHE_SIZE, DEFAULT_HEADROOM};
+
+/// How to build a pool.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub name: String,
+    /// Number of buffers (`--total-num-mbufs`).
+    pub count: u32,
+    /// Bytes per buffer, headroom included (`--mbuf-size`).
+    pub buf_size: u32,
+    pub headroom: u32,
+    pub cache_size: u32,
+    /// Put the buffers in a memfd so a peer can map them (zero copy). Their bytes are then
+    /// reached only through copies ([`SegKind::Shared`]).
+    pub shared: bool,
+    /// Ask for 2 MiB hugepages (falls back to normal pages).
+    pub huge: bool,
+}
+
+impl PoolConfig {
+    pub fn new(name: impl Into<String>, count: u32) -> Self {
+        PoolConfig {
+            name: name.into(),
+            count,
+            buf_size: DEFAULT_BUF_SIZE,
+            headroom: DEFAULT_HEADROOM,
+            cache_size: DEFAULT_CACHE_SIZE,
+            shared: false,
+            huge: true,
+        }
+    }
+}
+
+pub(crate) struct PoolInner {
+    region: Region,
+    base: NonNull<u8>,
+    pub(crate) buf_size: u32,
+    count: u32,
+    pub(crate) headroom: u32,
+    cache_size: usize,
+    name: String,
+    pub(crate) kind: SegKind,
+    /// The next segment of the chain each buffer heads (private memory, never peer-visible).
+    pub(crate) links: Links,
+    free: Mutex<Vec<u32>>,
+}
+
+impl PoolInner {
+    pub(crate) fn put(&self, idx: u32) {
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(idx);
+    }
+
+    #[inline(always)]
+    pub(crate) fn buf_ptr(&self, idx: u32) -> NonNull<u8> {
+        debug_assert!(idx < self.count);
+        // SAFETY: idx < count and count * buf_size <= region.len() (checked at creation), so the
+        // result stays inside the mapping.
+        unsafe { self.base.add(idx as usize * self.buf_size as usize) }
+    }
+}
+
+/// Owns the pool memory; frees it only once every buffer is back (see the crate docs).
+struct PoolOwner(NonNull<PoolInner>);
+
+// SAFETY: PoolInner is Sync (its mutable state is behind a Mutex; buffers and their links are
+// owned by Mbufs).
+unsafe impl Send for PoolOwner {}
+// SAFETY: as above.
+unsafe impl Sync for PoolOwner {}
+
+impl Drop for PoolOwner {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from Box::leak in Mempool::new and is only freed here, once.
+        let inner = unsafe { self.0.as_ref() };
+        let all_back =
+            inner.free.lock().unwrap_or_else(|p| p.into_inner()).len() == inner.count as usize;
+        if all_back {
+            // SAFETY: no Mbuf exists (all indices are in the free list) and no Mempool handle or
+            // cache exists (this is the last Arc), so nothing can reach the allocation any more.
+            drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        }
+        // Otherwise leak: outstanding Mbufs still point into the region.
+    }
+}
+
+/// A pool of packet buffers; cheap to clone (a shared handle).
+#[derive(Clone)]
+pub struct Mempool {
+    owner: Arc<PoolOwner>,
+}
+
+impl std::fmt::Debug for Mempool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = self.inner();
+        f.debug_struct("Mempool")
+            .field("name", &i.name)
+            .field("count", &i.count)
+            .field("buf_size", &i.buf_size)
+            .field("kind", &i.kind)
+            .finish()
+    }
+}
+
+impl Mempool {
+    pub fn new(cfg: &PoolConfig) -> Result<Mempool, PoolError> {
+        let bad = |what: String| PoolError::Config {
+            name: cfg.name.clone(),
+            what,
+        };
+        if cfg.count == 0 {
+            return Err(bad("needs at least one buffer".into()));
+        }
+        if cfg.buf_size <= cfg.headroom || cfg.buf_size > 1 << 20 || cfg.headroom > u16::MAX as u32
+        {
+            return Err(bad(format!(
+                "buffer size {} must exceed the headroom {} and be at most 1 MiB",
+                cfg.buf_size, cfg.headroom
+            )));
+        }
+        let buf_size = cfg.buf_size.next_multiple_of(64);
+        let bytes = (cfg.count as usize)
+            .checked_mul(buf_size as usize)
+            .ok_or_else(|| {
+                bad(format!(
+                    "{} buffers of {} bytes overflow",
+                    cfg.count, buf_size
+                ))
+            })?;
+        let region = if cfg.shared {
+            Region::memfd(&cfg.name, bytes, cfg.huge)
+        } else {
+            Region::private(bytes, cfg.huge)
+        }
+        .map_err(|source| PoolError::Memory {
+            name: cfg.name.clone(),
+            source,
+        })?;
+        let base = NonNull::new(region.as_mut_ptr()).expect("a mapping is never at address 0");
+        // Pop order: index 0 first, so a fresh pool hands out buffers in address order.
+        let free: Vec<u32> = (0..cfg.count).rev().collect();
+        let inner = Box::new(PoolInner {
+            region,
+            base,
+            buf_size,
+            count: cfg.count,
+            headroom: cfg.headroom,
+            cache_size: cfg.cache_size.max(1) as usize,
+            name: cfg.name.clone(),
+            kind: if cfg.shared {
+                SegKind::Shared
+            } else {
+                SegKind::Private
+            },
+            links: Links::new(cfg.count),
+            free: Mutex::new(free),
+        });
+        let ptr = NonNull::from(Box::leak(inner));
+        Ok(Mempool {
+            owner: Arc::new(PoolOwner(ptr)),
+        })
+    }
+
+    #[inline(always)]
+    fn inner(&self) -> &PoolInner {
+        // SAFETY: the PoolOwner behind our Arc keeps the allocation alive.
+        unsafe { self.owner.0.as_ref() }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner().name
+    }
+    pub fn count(&self) -> u32 {
+        self.inner().count
+    }
+    /// Bytes per buffer (rounded up to a cache line).
+    pub fn buf_size(&self) -> u32 {
+        self.inner().buf_size
+    }
+    pub fn headroom(&self) -> u32 {
+        self.inner().headroom
+    }
+    /// Largest packet a buffer holds after the headroom.
+    pub fn data_room(&self) -> u32 {
+        self.inner().buf_size - self.inner().headroom
+    }
+    /// Whether a peer can see the buffers (a memfd pool): then they are [`SegKind::Shared`].
+    pub fn is_shared(&self) -> bool {
+        self.inner().kind == SegKind::Shared
+    }
+    /// The memory behind the buffers (to register with a peer for zero copy, or to mbind).
+    pub fn region(&self) -> &Region {
+        &self.inner().region
+    }
+    /// Buffers in the shared free list (not counting those parked in lcore caches).
+    pub fn shared_free(&self) -> u32 {
+        self.inner()
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len() as u32
+    }
+
+    /// Whether the first segment of `m` is a buffer of this pool.
+    pub fn owns(&self, m: &Mbuf) -> bool {
+        m.home_is(self.owner.0)
+    }
+
+    /// A new per-lcore cache of this pool.
+    pub fn cache(&self) -> PoolCache {
+        let size = self.inner().cache_size;
+        PoolCache {
+            pool: self.clone(),
+            objs: Vec::with_capacity(size * 2 + 1),
+            size,
+            foreign: Vec::new(),
+        }
+    }
+
+    /// Allocates one buffer from the shared list (slow path: takes the lock).
+    pub fn alloc(&self) -> Option<Mbuf> {
+        let idx = self
+            .inner()
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()?;
+        Some(Mbuf::from_pool(self.owner.0, self.inner(), idx))
+    }
+}
+
+/// A per-lcore cache of one pool: owned by one thread, no atomics on alloc/free.
+pub struct PoolCache {
+    pool: Mempool,
+    objs: Vec<u32>,
+    size: usize,
+    /// Buffers of other pools freed here, returned to their pools in batches.
+    foreign: Vec<Mbuf>,
+}
+
+impl PoolCache {
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// Buffers parked in this cache.
+    pub fn len(&self) -> usize {
+        self.objs.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.objs.is_empty()
+    }
+
+    #[cold]
+    fn refill(&mut self, want: usize) {
+        let inner = self.pool.inner();
+        let mut free = inner.free.lock().unwrap_or_else(|p| p.into_inner());
+        let take = (self.size + want).min(free.len());
+        let from = free.len() - take;
+        self.objs.extend(free.drain(from..).rev());
+    }
+
+    #[cold]
+    fn spill(&mut self) {
+        let keep = self.size;
+        let inner = self.pool.inner();
+        let mut free = inner.free.lock().unwrap_or_else(|p| p.into_inner());
+        free.extend(self.objs.drain(keep..));
+    }
+
+    /// One buffer, or None if the pool is exhausted.
+    #[inline(always)]
+    pub fn alloc(&mut self) -> Option<Mbuf> {
+        if self.objs.is_empty() {
+            self.refill(1);
+        }
+        let idx = self.objs.pop()?;
+        Some(Mbuf::from_pool(self.pool.owner.0, self.pool.inner(), idx))
+    }
+
+    /// Appends up to `n` buffers to `out`; returns how many (fewer only when the pool runs dry).
+    #[inline(always)]
+    pub fn alloc_up_to(&mut self, out: &mut Vec<Mbuf>, n: usize) -> usize {
+        if self.objs.len() < n {
+            self.refill(n);
+        }
+        let got = n.min(self.objs.len());
+        let ptr = self.pool.owner.0;
+        let inner = self.pool.inner();
+        let from = self.objs.len() - got;
+        out.extend(
+            self.objs
+                .drain(from..)
+                .rev()
+                .map(|idx| Mbuf::from_pool(ptr, inner, idx)),
+        );
+        got
+    }
+
+    /// Frees a packet: every segment goes home (a buffer of this pool into the cache, one of
+    /// another pool to that pool, an external segment to its completion list).
+    #[inline(always)]
+    pub fn free(&mut self, m: Mbuf) {
+        if !m.is_single_of(self.pool.owner.0) {
+            return self.free_slow(m);
+        }
+        let idx = m.into_index();
+        self.objs.push(idx);
+        if self.objs.len() >= self.size * 2 {
+            self.spill();
+        }
+    }
+
+    #[cold]
+    fn free_slow(&mut self, mut m: Mbuf) {
+        loop {
+            let rest = m.take_next();
+            if m.is_single_of(self.pool.owner.0) {
+                self.objs.push(m.into_index());
+                if self.objs.len() >= self.size * 2 {
+                    self.spill();
+                }
+            } else if m.kind() == SegKind::External {
+                drop(m); // queues its completion: lock-free
+            } else {
+                self.foreign.push(m);
+                if self.foreign.len() >= 64 {
+                    self.foreign.clear(); // each drop returns its buffer to its own pool
+                }
+            }
+            match rest {
+                Some(r) => m = r,
+                None => break,
+            }
+        }
+    }
+
+    /// Frees every packet in `bufs`, leaving it empty.
+    #[inline(always)]
+    pub fn free_all(&mut self, bufs: &mut Vec<Mbuf>) {
+        for m in bufs.drain(..) {
+            self.free(m);
+        }
+    }
+
+    /// Returns every parked buffer to the shared list.
+    pub fn flush(&mut self) {
+        self.foreign.clear();
+        let inner = self.pool.inner();
+        inner
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(&mut self.objs);
+    }
+}
+
+impl Drop for PoolCache {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
