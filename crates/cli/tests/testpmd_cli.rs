@@ -276,3 +276,44 @@ fn poll_sigint_stops_and_prints_totals() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("Accumulated forward statistics for all ports"));
 }
+
+/// A zero-copy memif port hands its pool to its peer, so it gets a pool of its own; every
+/// other port copies out of a private pool that no peer maps.
+#[test]
+fn zero_copy_port_gets_a_pool_of_its_own() {
+    let host = ShmName::new("zc-pool");
+    let sock = format!("/tmp/memnic-zc-pool-{}.sock", std::process::id());
+    let args = [
+        "testpmd".to_string(),
+        "-l".into(),
+        "0".into(),
+        "--vdev".into(),
+        format!("memif0,role=client,socket={sock},zero-copy=yes"),
+        "--vdev".into(),
+        format!("memnic0,path={},role=host", host.0),
+        "--forward-mode".into(),
+        "io".into(),
+        "--duration".into(),
+        "0.2".into(),
+    ];
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = memnic(&refs);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let pool_of = |queue: &str| -> String {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(queue))
+            .unwrap_or_else(|| panic!("no line for {queue} in:\n{text}"));
+        line.rsplit("pool ").next().unwrap().trim().to_string()
+    };
+    assert_eq!(pool_of("port 0 rxq 0:"), "zc_pool_p0_0", "{text}");
+    assert_eq!(pool_of("port 0 txq 0:"), "zc_pool_p0_0", "{text}");
+    assert_eq!(pool_of("port 1 rxq 0:"), "mb_pool_0", "{text}");
+    assert_eq!(pool_of("port 1 txq 0:"), "mb_pool_0", "{text}");
+    let _ = std::fs::remove_file(&sock);
+}

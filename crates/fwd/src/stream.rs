@@ -326,3 +326,177 @@ impl Stream {
         self.cell.publish(&self.counters);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Header-writing modes never write into memory a peer can see or that is not ours.
+
+    use std::sync::{Arc, Mutex};
+
+    use memnic_ethdev::{ExtPool, Mempool, QueueStats};
+    use memnic_pktbuf::PoolConfig;
+    use memnic_shm::Region;
+
+    use super::*;
+
+    /// Hands out the packets it is given, once.
+    struct FeedRx(Vec<Mbuf>);
+    impl RxQueue for FeedRx {
+        fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+            let n = self.0.len().min(max);
+            pkts.extend(self.0.drain(..n));
+            n
+        }
+        fn stats(&self) -> QueueStats {
+            QueueStats::default()
+        }
+    }
+
+    /// Keeps what it is sent, for the test to look at.
+    struct KeepTx(Arc<Mutex<Vec<Mbuf>>>);
+    impl TxQueue for KeepTx {
+        fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+            let n = pkts.len();
+            self.0.lock().unwrap().append(pkts);
+            n
+        }
+        fn stats(&self) -> QueueStats {
+            QueueStats::default()
+        }
+    }
+
+    fn pool(name: &str, n: u32, shared: bool) -> Mempool {
+        let mut c = PoolConfig::new(name, n);
+        c.huge = false;
+        c.cache_size = 8;
+        c.shared = shared;
+        Mempool::new(&c).unwrap()
+    }
+
+    /// A verified frame of `len` bytes.
+    fn frame(seq: u64, len: usize) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        let (dst, src) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        pkt::write_headers(&mut f[..HDRS], dst, src, IP_SRC, IP_DST, len);
+        pkt::write_payload(&mut f, seq, 0, 0);
+        f
+    }
+
+    fn run(mode: FwdMode, input: Vec<Mbuf>, private: &Mempool) -> (Vec<Mbuf>, StreamCounters) {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let spec = StreamSpec {
+            rx_port: 0,
+            rx_queue: 0,
+            tx_port: 1,
+            tx_queue: 0,
+        };
+        let mut s = Stream::new(
+            spec,
+            0,
+            Box::new(FeedRx(input)),
+            Box::new(KeepTx(sent.clone())),
+            (private.cache(), private.cache()),
+            MacAddr([2, 0, 0, 0, 0, 0x33]),
+        );
+        let cfg = FwdConfig {
+            mode,
+            ..FwdConfig::default()
+        };
+        s.forward(&cfg);
+        let out = std::mem::take(&mut *sent.lock().unwrap());
+        (out, s.counters)
+    }
+
+    #[test]
+    fn macswap_and_mac_copy_external_and_shared_heads_instead_of_writing_them() {
+        let private = pool("private", 64, false);
+        let shared = pool("zc", 8, true);
+        for mode in [FwdMode::MacSwap, FwdMode::Mac] {
+            // A guest's tx buffers: the frames live in the peer's region.
+            let peer = Arc::new(Region::memfd("guest", 1 << 16, false).unwrap());
+            let mut ext = ExtPool::new("q0", 8);
+            let mut input = Vec::new();
+            for seq in 0..4u64 {
+                let f = frame(seq, 200);
+                let off = seq as usize * 4096;
+                peer.write_bytes(off, &f).unwrap();
+                input.push(ext.attach(&peer, off, 200, seq).unwrap());
+            }
+            // And a frame in a pool the peer maps, chained to an external tail.
+            let f = frame(4, 300);
+            let mut m = shared.alloc().unwrap();
+            assert!(m.set_len(100) && m.copy_in(0, &f[..100]));
+            peer.write_bytes(60_000, &f[100..]).unwrap();
+            m.chain(ext.attach(&peer, 60_000, 200, 99).unwrap())
+                .unwrap();
+            input.push(m);
+            let before: Vec<u8> = {
+                let mut v = vec![0u8; 1 << 16];
+                peer.read_bytes(0, &mut v).unwrap();
+                v
+            };
+            let shared_before = {
+                let mut v = vec![0u8; shared.region().len()];
+                shared.region().read_bytes(0, &mut v).unwrap();
+                v
+            };
+
+            let (out, counters) = run(mode, input, &private);
+            assert_eq!((counters.rx, counters.tx, counters.dropped), (5, 5, 0));
+            for (seq, m) in out.iter().enumerate() {
+                assert_eq!(m.kind(), SegKind::Private, "{mode:?}: head copied");
+                let got = m.to_vec();
+                let want = frame(seq as u64, if seq == 4 { 300 } else { 200 });
+                match mode {
+                    FwdMode::MacSwap => {
+                        assert_eq!(got[0..6], want[6..12]);
+                        assert_eq!(got[6..12], want[0..6]);
+                    }
+                    _ => assert_eq!(got[6..12], [2, 0, 0, 0, 0, 0x33]),
+                }
+                assert_eq!(got[12..], want[12..], "payload intact");
+                assert!(pkt::read_payload(&got).is_some());
+            }
+            assert_eq!(out[4].nb_segs(), 2, "the external tail stays zero copy");
+            // Nothing of the peer's was written.
+            let mut after = vec![0u8; 1 << 16];
+            peer.read_bytes(0, &mut after).unwrap();
+            assert!(after == before, "{mode:?}: peer memory untouched");
+            let mut shared_after = vec![0u8; shared.region().len()];
+            shared.region().read_bytes(0, &mut shared_after).unwrap();
+            assert!(
+                shared_after == shared_before,
+                "{mode:?}: shared pool untouched"
+            );
+            // The copied external heads completed at once; the tail when the packet goes.
+            let mut tags = Vec::new();
+            ext.reap(&mut tags);
+            tags.sort();
+            assert_eq!(tags, [0, 1, 2, 3]);
+            drop(out);
+            ext.reap(&mut tags);
+            assert_eq!(tags.last(), Some(&99));
+            assert_eq!(ext.outstanding(), 0);
+        }
+    }
+
+    #[test]
+    fn header_rewrite_without_a_private_buffer_drops_and_counts() {
+        let private = pool("tiny", 1, false);
+        let peer = Arc::new(Region::memfd("guest", 8192, false).unwrap());
+        peer.write_bytes(0, &frame(0, 100)).unwrap();
+        let mut ext = ExtPool::new("q0", 4);
+        let input = vec![
+            ext.attach(&peer, 0, 100, 0).unwrap(),
+            ext.attach(&peer, 0, 100, 1).unwrap(),
+        ];
+        let hold = private.alloc().unwrap(); // the pool's only buffer is taken
+        let (out, counters) = run(FwdMode::MacSwap, input, &private);
+        assert!(out.is_empty());
+        assert_eq!((counters.rx, counters.tx, counters.dropped), (2, 0, 2));
+        drop(hold);
+        let mut tags = Vec::new();
+        ext.reap(&mut tags);
+        assert_eq!(tags.len(), 2, "dropped frames complete");
+    }
+}
