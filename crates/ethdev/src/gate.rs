@@ -14,10 +14,10 @@
 //! generation, or the resetter sees the queue busy and waits for its burst to end. On x86 the
 //! queue's store+fence is one `xchg` per burst. When the reset ends (generation even again) each
 //! queue sees a generation it has not seen, and restarts at slot 0.
-
 //!
-//! The loom model in `tests/loom_gate.rs` runs this code on loom's atomics (`cfg(loom)`, see
-//! [`sync`]); under loom a model can also break one step ([`Step`]) to show that loom catches it.
+//! The loom model in `tests/loom_gate.rs` runs this code on loom's atomics and mutexes
+//! (`cfg(loom)`: the `sync` module below); under loom a model can also break one step
+//! ([`Step`]) to show that loom catches it.
 
 use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release, SeqCst};
 use std::sync::Arc;
