@@ -14,13 +14,106 @@
 //! generation, or the resetter sees the queue busy and waits for its burst to end. On x86 the
 //! queue's store+fence is one `xchg` per burst. When the reset ends (generation even again) each
 //! queue sees a generation it has not seen, and restarts at slot 0.
+//!
+//! The loom model in `tests/loom_gate.rs` runs this code on loom's atomics and mutexes
+//! (`cfg(loom)`: the `sync` module below); under loom a model can also break one step
+//! ([`Step`]) to show that loom catches it.
 
-use std::sync::atomic::{
-    fence, AtomicU64,
-    Ordering::{Acquire, Relaxed, Release, SeqCst},
-};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release, SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sync::{AtomicU64, Mutex, Patience};
+
+/// The primitives the gate is built of: std's, or loom's under `cfg(loom)` (as crossbeam does),
+/// so the model runs this very code.
+mod sync {
+    #[cfg(loom)]
+    pub(super) use loom::sync::{
+        atomic::{fence, AtomicU64},
+        Mutex,
+    };
+    use std::sync::atomic::Ordering::SeqCst;
+    #[cfg(not(loom))]
+    pub(super) use std::sync::{
+        atomic::{fence, AtomicU64},
+        Mutex,
+    };
+    use std::time::Duration;
+
+    /// The full fence a SeqCst read-modify-write carries. On hardware the RMW is that fence
+    /// already (x86 `xchg`; C++20 [atomics.order]: a SeqCst RMW and a SeqCst fence are ordered
+    /// in S), so this is nothing. Loom models `fence(SeqCst)` but treats SeqCst accesses as
+    /// AcqRel (loom 0.7 `rt/thread.rs`, `seq_cst`), so under loom the fence is written out.
+    #[inline(always)]
+    pub(super) fn fence_of_seq_cst_rmw() {
+        #[cfg(loom)]
+        fence(SeqCst);
+    }
+
+    /// The reset's fence.
+    #[inline(always)]
+    pub(super) fn fence_seq_cst() {
+        fence(SeqCst);
+    }
+
+    /// How long a reset waits for a busy queue. Loom has no clock and must see the same steps
+    /// each time it replays an interleaving, so under loom patience counts spins, one a
+    /// millisecond.
+    pub(super) struct Patience {
+        #[cfg(not(loom))]
+        deadline: Option<std::time::Instant>,
+        #[cfg(loom)]
+        spins_left: u128,
+    }
+
+    impl Patience {
+        pub(super) fn new(patience: Duration) -> Patience {
+            Patience {
+                // None: further away than an Instant reaches, so never.
+                #[cfg(not(loom))]
+                deadline: std::time::Instant::now().checked_add(patience),
+                #[cfg(loom)]
+                spins_left: patience.as_millis(),
+            }
+        }
+
+        /// False while there is patience left; spins once.
+        pub(super) fn run_out(&mut self) -> bool {
+            #[cfg(not(loom))]
+            {
+                if self.deadline.is_some_and(|d| std::time::Instant::now() > d) {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            #[cfg(loom)]
+            {
+                if self.spins_left == 0 {
+                    return true;
+                }
+                self.spins_left -= 1;
+                loom::hint::spin_loop();
+            }
+            false
+        }
+    }
+}
+
+/// The steps of the protocol a loom model may break (the negative controls of
+/// `tests/loom_gate.rs`); outside loom nothing can be broken and each step is what it says.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The queue's store→load fence in [`GateMember::enter`] (the xchg).
+    QueueFence,
+    /// The reset's store→load fence.
+    ResetFence,
+    /// The Release of [`GateMember::exit`] (the burst's accesses before the reset's).
+    ExitRelease,
+    /// The Release that ends a reset (its accesses before the restarted bursts').
+    EndRelease,
+}
 
 const IDLE: u64 = 0;
 const BUSY: u64 = 1;
@@ -36,6 +129,9 @@ pub struct Gate {
     members: Mutex<Vec<Arc<State>>>,
     /// One reset at a time.
     resetting: Mutex<()>,
+    /// The step a loom model broke.
+    #[cfg(loom)]
+    broken: Option<Step>,
 }
 
 /// What a queue does at the top of a burst.
@@ -51,6 +147,39 @@ pub enum Enter {
 impl Gate {
     pub fn new() -> Arc<Gate> {
         Arc::new(Gate::default())
+    }
+
+    /// A gate with one step broken: Relaxed for an ordering, nothing for a fence. Only a loom
+    /// model's negative controls build one.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_broken(step: Step) -> Arc<Gate> {
+        Arc::new(Gate {
+            broken: Some(step),
+            ..Gate::default()
+        })
+    }
+
+    /// `o`, unless a loom model broke `step`.
+    #[inline(always)]
+    fn ordering(&self, step: Step, o: Ordering) -> Ordering {
+        #[cfg(loom)]
+        if self.broken == Some(step) {
+            return Relaxed;
+        }
+        let _ = step;
+        o
+    }
+
+    /// Whether `step`'s fence is there (always, unless a loom model broke it).
+    #[inline(always)]
+    fn fenced(&self, step: Step) -> bool {
+        #[cfg(loom)]
+        if self.broken == Some(step) {
+            return false;
+        }
+        let _ = step;
+        true
     }
 
     /// Registers a queue.
@@ -86,17 +215,20 @@ impl Gate {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
+        // Relaxed: only resets store the generation, one at a time (`resetting`).
         let g = self.generation.load(Relaxed) | 1;
         self.generation.store(g, Relaxed);
         // SeqCst fence: orders the generation store before the state loads below; pairs with
         // the fence in `enter` (store→load, Dekker).
-        fence(SeqCst);
+        if self.fenced(Step::ResetFence) {
+            sync::fence_seq_cst();
+        }
         let members: Vec<Arc<State>> = self
             .members
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let deadline = Instant::now() + patience;
+        let mut patience = Patience::new(patience);
         let mut result = None;
         'wait: {
             for m in &members {
@@ -105,10 +237,9 @@ impl Gate {
                 }
                 // Acquire pairs with the Release in `exit`: the queue's burst is complete.
                 while m.0.load(Acquire) == BUSY {
-                    if Instant::now() > deadline {
+                    if patience.run_out() {
                         break 'wait;
                     }
-                    std::hint::spin_loop();
                 }
             }
             result = f();
@@ -120,8 +251,10 @@ impl Gate {
         // A reset that ran moves to a new even generation: queues restart at slot 0. One that
         // gave up goes back to the old one: queues resume where they were, as nothing changed.
         let next = if result.is_some() { g + 1 } else { g - 1 };
-        // Release: the reset's writes are visible to queues that see the new generation.
-        self.generation.store(next, Release);
+        // Release: the reset's writes are visible to queues that see the new generation (pairs
+        // with the load in `enter`).
+        self.generation
+            .store(next, self.ordering(Step::EndRelease, Release));
         result
     }
 }
@@ -140,6 +273,10 @@ impl GateMember {
         // SeqCst swap: a store followed by a full fence (one xchg); pairs with the fence in
         // `Gate::reset` (store→load, Dekker).
         self.state.0.swap(BUSY, SeqCst);
+        if self.gate.fenced(Step::QueueFence) {
+            sync::fence_of_seq_cst_rmw();
+        }
+        // SeqCst (Acquire at least): pairs with the Release that ends `Gate::reset`.
         let g = self.gate.generation.load(SeqCst);
         if g == self.seen {
             return Enter::Run;
@@ -161,13 +298,17 @@ impl GateMember {
     #[inline(always)]
     pub fn exit(&mut self) {
         // Release pairs with the Acquire load in `Gate::reset`.
-        self.state.0.store(IDLE, Release);
+        self.state
+            .0
+            .store(IDLE, self.gate.ordering(Step::ExitRelease, Release));
     }
 }
 
-#[cfg(test)]
+// Real threads and a real clock: not under loom (tests/loom_gate.rs models the gate there).
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn idle_queues_do_not_hold_a_reset_and_resume_with_a_restart() {
