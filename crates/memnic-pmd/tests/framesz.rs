@@ -5,7 +5,7 @@
 //! exchange is deterministic. Where a side is played by raw slot writes, the test writes the
 //! region through its own mapping exactly as a peer would.
 
-mod common;
+use memnic_test_support as common;
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! errors. Then the scribbler stops, the guest resets, and traffic must flow again with every
 //! payload intact and in order.
 
-mod common;
+use memnic_test_support as common;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};

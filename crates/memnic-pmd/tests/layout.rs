@@ -2,7 +2,7 @@
 //! `memnic_pmd::layout` against the numbers of the spec, and a region laid out by the host side
 //! read back with plain file reads of `/dev/shm/NAME` (independent of the driver's accessors).
 
-mod common;
+use memnic_test_support as common;
 
 use std::io::{Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! on a shared head with the v1 false-positive retry (`specs/memnic.md` §5). Each producer's
 //! frames must reach the guest once each, intact and in that producer's order.
 
-mod common;
+use memnic_test_support as common;
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! * up:   host tx packets = guest rx packets + host reset_discards;
 //! * down: guest tx packets = host rx packets + host rx drops (frames a reset swept).
 
-mod common;
+use memnic_test_support as common;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};

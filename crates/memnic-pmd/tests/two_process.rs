@@ -1,16 +1,16 @@
 //! Host and guest in two processes over one `/dev/shm` region, traffic both ways at once.
 //!
-//! The parent test plays the host; it re-executes this test binary to run a `poll_child_*` test
-//! function as the guest (`MEMNIC_TEST_ROLE=guest`). Without that variable a child function
-//! returns at once, so running the whole binary is harmless. Every payload carries a sequence
+//! The parent test plays the host; it re-executes this test binary in its `guest` child role
+//! (`memnic_test_support::harness`: a child role is not a test, so it is never listed or run as
+//! one). Every payload carries a sequence
 //! number and a checksum: the receivers check that nothing is lost, corrupted, duplicated or
 //! reordered, and the senders retry what `tx_burst` hands back (back-pressure, not drops).
 
-mod common;
+use memnic_test_support as common;
 
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, Receiver, Sender, ShmName, DOWN, ENV_ROLE, ENV_SEED, ENV_SHM, UP};
+use common::{Child, Receiver, Sender, ShmName, DOWN, ENV_ROLE, ENV_SEED, ENV_SHM, UP};
 use memnic_ethdev::{Port, QueueStats};
 use memnic_pmd::{GuestConfig, GuestPort, HostConfig, HostPort, Variant};
 
@@ -32,7 +32,7 @@ fn run_host(child_test: &str, variant: Variant, count: u64) {
     let tx_pool = common::pool("host-tx", 4096, 2048);
     let mut rxq = host.take_rx_queue(0, &rx_pool).unwrap();
     let mut txq = host.take_tx_queue(0, &tx_pool).unwrap();
-    let mut child = ChildGuard::spawn(
+    let mut child = Child::role(
         child_test,
         &[
             (ENV_ROLE, "guest".to_string()),
@@ -104,9 +104,7 @@ fn run_host(child_test: &str, variant: Variant, count: u64) {
 
 /// Child: the guest side. Attaches, then sends `count` frames down while receiving `count` up.
 fn run_guest() {
-    let Some((role, shm, seed)) = common::child_role() else {
-        return;
-    };
+    let (role, shm, seed) = common::child_role().expect("started by a test as the guest");
     assert_eq!(role, "guest");
     let deadline = Instant::now() + TIMEOUT - Duration::from_secs(5);
     let variant: Variant = std::env::var("MEMNIC_TEST_VARIANT")
@@ -161,32 +159,34 @@ fn run_guest() {
     );
 }
 
-#[test]
 fn poll_two_process_million_each_way() {
-    if common::child_role().is_some() {
-        return;
-    }
-    run_host("poll_child_guest", Variant::Memnic, 1_000_000);
+    run_host("guest", Variant::Memnic, 1_000_000);
 }
 
-#[test]
 fn poll_two_process_2014_after_variant() {
-    if common::child_role().is_some() {
-        return;
-    }
-    run_host("poll_child_guest", Variant::After2014, 200_000);
+    run_host("guest", Variant::After2014, 200_000);
 }
 
-#[test]
 fn poll_two_process_2014_before_variant() {
-    if common::child_role().is_some() {
-        return;
-    }
-    run_host("poll_child_guest", Variant::Before2014, 200_000);
+    run_host("guest", Variant::Before2014, 200_000);
 }
 
-/// The guest role of the tests above (does nothing unless started by one of them).
-#[test]
-fn poll_child_guest() {
-    run_guest();
+fn main() {
+    common::harness(
+        &[
+            (
+                "poll_two_process_million_each_way",
+                poll_two_process_million_each_way,
+            ),
+            (
+                "poll_two_process_2014_after_variant",
+                poll_two_process_2014_after_variant,
+            ),
+            (
+                "poll_two_process_2014_before_variant",
+                poll_two_process_2014_before_variant,
+            ),
+        ],
+        &[("guest", run_guest)],
+    )
 }

@@ -12,13 +12,13 @@
 //! Channel between the two: the child prints `GUEST_TX_DONE ...` and `GUEST_RESULT ...` on
 //! stdout; the parent writes `HOST_DONE ...` to the child's stdin.
 
-mod common;
+use memnic_test_support as common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, Receiver, Sender, ShmName, DOWN, ENV_ROLE, ENV_SEED, ENV_SHM, UP};
+use common::{Child, Receiver, Sender, ShmName, DOWN, ENV_ROLE, ENV_SEED, ENV_SHM, UP};
 use memnic_ethdev::Port;
 use memnic_pmd::{GuestConfig, GuestPort, HostConfig, HostPort};
 
@@ -27,11 +27,7 @@ const N_UP: u64 = 400_000;
 const M_DOWN: u64 = 200_000;
 const RESET_AFTER: u64 = 50_000;
 
-#[test]
 fn poll_guest_reset_while_host_sends() {
-    if common::child_role().is_some() {
-        return;
-    }
     let _serial = common::serial();
     let deadline = Instant::now() + TIMEOUT;
     let shm = ShmName::new("2p-reset");
@@ -41,8 +37,8 @@ fn poll_guest_reset_while_host_sends() {
     let tx_pool = common::pool("host-tx", 4096, 2048);
     let mut rxq = host.take_rx_queue(0, &rx_pool).unwrap();
     let mut txq = host.take_tx_queue(0, &tx_pool).unwrap();
-    let mut child = ChildGuard::spawn(
-        "poll_child_guest_resets",
+    let mut child = Child::role(
+        "guest_resets",
         &[
             (ENV_ROLE, "guest".to_string()),
             (ENV_SHM, shm.name().to_string()),
@@ -146,11 +142,8 @@ fn poll_guest_reset_while_host_sends() {
 }
 
 /// The guest role of `poll_guest_reset_while_host_sends` (nothing unless started by it).
-#[test]
-fn poll_child_guest_resets() {
-    let Some((role, shm, seed)) = common::child_role() else {
-        return;
-    };
+fn guest_resets() {
+    let (role, shm, seed) = common::child_role().expect("started by a test as the guest");
     assert_eq!(role, "guest");
     let deadline = Instant::now() + TIMEOUT - Duration::from_secs(5);
     let from_parent = common::stdin_lines();
@@ -250,4 +243,14 @@ fn poll_child_guest_resets() {
         "\nGUEST_RESULT rx_packets={} lost={lost} after_reset={after}",
         rx.count
     );
+}
+
+fn main() {
+    common::harness(
+        &[(
+            "poll_guest_reset_while_host_sends",
+            poll_guest_reset_while_host_sends,
+        )],
+        &[("guest_resets", guest_resets)],
+    )
 }
