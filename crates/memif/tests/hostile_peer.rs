@@ -100,14 +100,15 @@ impl Fake {
         self.conn.send(bytes, fds).unwrap();
     }
 
-    /// Expects DISCONNECT whose reason contains `needle`, then the end of the connection.
-    fn expect_disconnect(&mut self, needle: &str) {
+    /// Expects DISCONNECT whose reason is exactly `reason`, then the end of the connection.
+    fn expect_disconnect(&mut self, reason: &str) {
+        assert!(!reason.is_empty(), "name the reason the server must give");
         match self.recv() {
             Some(Msg::Disconnect(d)) => {
                 let r = d.reason.to_string_lossy().to_string();
-                assert!(r.contains(needle), "reason '{r}' does not say '{needle}'");
+                assert_eq!(r, reason, "the DISCONNECT's reason");
             }
-            other => panic!("expected DISCONNECT '{needle}', got {other:?}"),
+            other => panic!("expected DISCONNECT '{reason}', got {other:?}"),
         }
         assert!(self.recv().is_none(), "the server closes after DISCONNECT");
     }
@@ -147,13 +148,13 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
 
     let mut f = Fake::connect(s);
     f.send(&[0u8; 100], &[]);
-    f.expect_disconnect("size");
+    f.expect_disconnect("Invalid message size");
 
     let mut f = Fake::connect(s);
     let mut bad = Msg::Ack.encode();
     bad[0] = 77;
     f.send(&bad, &[]);
-    f.expect_disconnect("");
+    f.expect_disconnect("Unknown message type");
 
     let mut f = Fake::connect(s);
     f.send(
@@ -180,7 +181,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
     .encode();
     m[2..4].copy_from_slice(&0x0100u16.to_le_bytes());
     f.send(&m, &[]);
-    f.expect_disconnect("ersion");
+    f.expect_disconnect("Incompatible memif version");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -193,7 +194,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Missing region fd");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -206,7 +207,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[reg.fd().unwrap(), ev.as_fd()],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Unexpected file descriptor");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -219,7 +220,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[reg.fd().unwrap()],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Invalid region size");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -232,17 +233,25 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[reg.fd().unwrap()],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Invalid region index");
 
     // Rings: outside the region, missing eventfd, a wrong cookie at CONNECT.
-    for (ring, fd_too, needle) in [
+    for (ring, fd_too, reason) in [
         (
             add_ring(RingDirection::C2S, 0, (1 << 20) - 256, 10),
             true,
-            "",
+            "Invalid ring offset",
         ),
-        (add_ring(RingDirection::C2S, 3, 0, 10), true, ""),
-        (add_ring(RingDirection::C2S, 0, 0, 10), false, "interrupt"),
+        (
+            add_ring(RingDirection::C2S, 3, 0, 10),
+            true,
+            "Invalid ring region",
+        ),
+        (
+            add_ring(RingDirection::C2S, 0, 0, 10),
+            false,
+            "Missing interrupt fd",
+        ),
     ] {
         let mut f = Fake::connect(s);
         f.init(0);
@@ -258,7 +267,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         assert!(matches!(f.recv(), Some(Msg::Ack)));
         let fds = if fd_too { vec![ev.as_fd()] } else { vec![] };
         f.send(&ring.encode(), &fds);
-        f.expect_disconnect(needle);
+        f.expect_disconnect(reason);
     }
     let mut f = Fake::connect(s);
     f.init(0);
