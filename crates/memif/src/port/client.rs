@@ -1,40 +1,208 @@
-//! The client role: connect, read HELLO, lay out region 0 and its rings (`specs/memif.md` §4),
-//! and send the handshake one message per reply.
+//! The client role: connect without blocking the control thread, read HELLO, lay out region 0
+//! and its rings (`specs/memif.md` §4), and send the handshake one message per reply.
+//!
+//! Each step has [`MemifConfig::handshake_timeout`](super::MemifConfig::handshake_timeout):
+//! connecting (on a helper thread: a blocking `connect` waits while the server's backlog is
+//! full), HELLO, every ACK, CONNECTED. `Port::service` only ever looks whether the step is done.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use memnic_shm::unix::{poll, EventFd, PollFd, SeqpacketConn};
+use memnic_shm::unix::{EventFd, SeqpacketConn};
 use memnic_shm::Region;
 
-use super::{Handshake, MemifPort, Phase, Session};
-use crate::msg::{self, AddRegion, AddRing, Init, InterfaceMode, Msg, Name, RingDirection, Secret};
+use super::{Handshake, MemifPort, Phase, Refusal, Session};
+use crate::msg::{
+    self, AddRegion, AddRing, Hello, Init, InterfaceMode, Msg, MsgType, Name, RingDirection, Secret,
+};
 use crate::queue::{Conn, Role};
-use crate::ring::{ring_bytes, Regions, Ring, RING_FLAG_MASK_INT};
+use crate::ring::{ring_bytes, Regions, Ring};
+use crate::socket::{read_msg, Read};
+
+/// What the client waits for in its handshake: an ACK for each message until CONNECT is sent,
+/// then CONNECTED.
+pub(super) fn awaited(h: &Handshake) -> MsgType {
+    if h.queue.is_empty() {
+        MsgType::Connected
+    } else {
+        MsgType::Ack
+    }
+}
+
+fn refuse(conn: &SeqpacketConn, reason: &str) {
+    let _ = conn.send(&Msg::disconnect(reason).encode(), &[]);
+}
 
 impl MemifPort {
-    /// Client: connect, read HELLO, build the regions and rings, queue the handshake.
-    pub(super) fn client_start(&mut self) -> Result<(), String> {
-        let conn = SeqpacketConn::connect(&self.addr()).map_err(|e| e.to_string())?;
-        let mut buf = [0u8; 256];
-        // The server greets at once; one that does not is not waited for forever.
-        let mut pfd = [PollFd::readable(conn.as_fd())];
-        if poll(&mut pfd, Some(Duration::from_secs(2))).map_err(|e| e.to_string())? == 0 {
-            return Err("the server sent no HELLO within 2 s".into());
+    /// Client: takes the attempt to connect as far as it goes without waiting: starts a connect
+    /// when one is due, takes its result, reads HELLO and sends INIT.
+    pub(super) fn client_advance(&mut self) {
+        if let Phase::Idle { retry_at, since } = &self.phase {
+            let (retry_at, since) = (*retry_at, *since);
+            if Instant::now() < retry_at {
+                return;
+            }
+            if let Err(e) = self.start_connect(since) {
+                self.attempt_failed(e, since);
+                return;
+            }
         }
-        let got = conn.recv(&mut buf).map_err(|e| e.to_string())?;
-        if got.is_eof() {
-            return Err("the server closed the connection".into());
+        if let Phase::Connecting { .. } = &self.phase {
+            self.poll_connect();
         }
-        let hello = match Msg::decode(&buf[..got.len]) {
-            Ok(Msg::Hello(h)) => h,
-            Ok(m) => return Err(format!("expected HELLO, got {}", m.msg_type())),
-            Err(e) => return Err(e.to_string()),
+        if let Phase::AwaitHello { .. } = &self.phase {
+            self.poll_hello();
+        }
+    }
+
+    /// An attempt failed before the handshake: remember why and retry later.
+    fn attempt_failed(&mut self, reason: String, since: Instant) {
+        self.last_reason = Some(reason);
+        let gave_up = since.elapsed() > self.cfg.connect_patience;
+        let wait = if gave_up {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(50)
         };
+        self.phase = Phase::Idle {
+            retry_at: Instant::now() + wait,
+            since,
+        };
+    }
+
+    /// Starts `connect` on a helper thread (one at a time: not while an abandoned one still
+    /// blocks).
+    fn start_connect(&mut self, since: Instant) -> Result<(), String> {
+        if let Some(done) = &self.abandoned_connect {
+            match done.try_recv() {
+                Err(TryRecvError::Empty) => {
+                    return Err(format!(
+                        "connect to {} is still blocked: the server accepts no connections",
+                        self.addr()
+                    ))
+                }
+                // Its connection, if it made one, closes here.
+                Ok(_) | Err(TryRecvError::Disconnected) => self.abandoned_connect = None,
+            }
+        }
+        let (tx, done) = mpsc::sync_channel(1);
+        let addr = self.addr();
+        std::thread::Builder::new()
+            .name("memif-connect".into())
+            .spawn(move || {
+                let _ = tx.send(SeqpacketConn::connect(&addr));
+            })
+            .map_err(|e| format!("cannot start a thread to connect to {}: {e}", self.addr()))?;
+        self.phase = Phase::Connecting {
+            done,
+            deadline: self.step_deadline(),
+            since,
+        };
+        Ok(())
+    }
+
+    /// Has the connect finished (or run out of time)?
+    fn poll_connect(&mut self) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Listening);
+        let Phase::Connecting {
+            done,
+            deadline,
+            since,
+        } = phase
+        else {
+            self.phase = phase;
+            return;
+        };
+        match done.try_recv() {
+            Ok(Ok(conn)) => match conn.set_nonblocking(true) {
+                Ok(()) => {
+                    self.phase = Phase::AwaitHello {
+                        conn,
+                        deadline: self.step_deadline(),
+                        since,
+                    }
+                }
+                Err(e) => self.attempt_failed(e.to_string(), since),
+            },
+            Ok(Err(e)) => self.attempt_failed(e.to_string(), since),
+            Err(TryRecvError::Empty) if Instant::now() < deadline => {
+                self.phase = Phase::Connecting {
+                    done,
+                    deadline,
+                    since,
+                }
+            }
+            Err(TryRecvError::Empty) => {
+                self.abandoned_connect = Some(done);
+                let why = format!(
+                    "connect to {} timed out after {:?}",
+                    self.addr(),
+                    self.cfg.handshake_timeout
+                );
+                self.attempt_failed(why, since);
+            }
+            Err(TryRecvError::Disconnected) => {
+                self.attempt_failed("the connect thread ended without a result".into(), since)
+            }
+        }
+    }
+
+    /// Has the server greeted us? Then lay out the regions and send INIT.
+    fn poll_hello(&mut self) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Listening);
+        let Phase::AwaitHello {
+            conn,
+            deadline,
+            since,
+        } = phase
+        else {
+            self.phase = phase;
+            return;
+        };
+        match read_msg(&conn) {
+            Read::Nothing if Instant::now() < deadline => {
+                self.phase = Phase::AwaitHello {
+                    conn,
+                    deadline,
+                    since,
+                }
+            }
+            Read::Nothing => {
+                let why = "Timeout waiting for HELLO";
+                refuse(&conn, why);
+                self.attempt_failed(why.into(), since);
+            }
+            Read::Closed(why) => self.attempt_failed(why, since),
+            Read::Bad(why) => {
+                refuse(&conn, why);
+                self.attempt_failed(why.into(), since);
+            }
+            Read::Msg(Msg::Hello(hello), _) => match self.begin_handshake(conn, &hello) {
+                Ok(h) => self.phase = Phase::Handshake(h),
+                Err(why) => self.attempt_failed(why, since),
+            },
+            Read::Msg(Msg::Disconnect(d), _) => {
+                let why = format!("peer: {}", d.reason.to_string_lossy());
+                self.attempt_failed(why, since);
+            }
+            Read::Msg(m, _) => {
+                let why = format!("Unexpected {}", m.msg_type());
+                refuse(&conn, &why);
+                self.attempt_failed(why, since);
+            }
+        }
+    }
+
+    /// Client: after HELLO, build the regions and rings, queue the handshake and send INIT.
+    fn begin_handshake(
+        &mut self,
+        conn: SeqpacketConn,
+        hello: &Hello,
+    ) -> Result<Box<Handshake>, String> {
         if let Err(e) = hello.check_version() {
-            let _ = conn.send(&e.to_disconnect().encode(), &[]);
+            refuse(&conn, e.reason());
             return Err(e.to_string());
         }
         let nq = self.nq().max(1);
@@ -90,12 +258,10 @@ impl MemifPort {
         let mut h = Handshake {
             queue,
             prepared: Some(session),
-            ..Handshake::new(conn)
+            ..Handshake::new(conn, self.step_deadline())
         };
-        h.conn.set_nonblocking(true).map_err(|e| e.to_string())?;
         Self::send_next(&mut h)?;
-        self.phase = Phase::Handshake(Box::new(h));
-        Ok(())
+        Ok(Box::new(h))
     }
 
     fn send_next(h: &mut Handshake) -> Result<(), String> {
@@ -106,7 +272,8 @@ impl MemifPort {
         Ok(())
     }
 
-    /// Client: region 0 with `c2s` + `s2c` rings of 2^log2 slots and their buffers (§4).
+    /// Client: region 0 with `c2s` + `s2c` rings of 2^log2 slots and their buffers (§4), its
+    /// rings initialised, one eventfd per ring.
     #[allow(clippy::type_complexity)]
     fn client_layout(
         &self,
@@ -132,9 +299,7 @@ impl MemifPort {
             .try_clone_to_owned()
             .map_err(|e| e.to_string())?;
         let regions = Regions(vec![region.clone()]);
-        let nq = self.nq() as usize;
-        let mut rx = vec![None; nq];
-        let mut tx = vec![None; nq];
+        let mut session = Session::new(self.nq() as usize);
         let mut adds = Vec::new();
         for g in 0..nrings {
             let (dir, index) = if g < c2s as usize {
@@ -144,10 +309,6 @@ impl MemifPort {
             };
             let ring = Ring::new(region.clone(), g * rb, log2).map_err(|e| e.to_string())?;
             ring.init();
-            if dir == RingDirection::S2C {
-                // We receive on S2C rings and poll them: do not kick us.
-                ring.flags().store(RING_FLAG_MASK_INT, Relaxed);
-            }
             let irq = Arc::new(EventFd::new().map_err(|e| e.to_string())?);
             let irq_fd = irq
                 .as_fd()
@@ -167,11 +328,7 @@ impl MemifPort {
                     RingDirection::S2C => zc_region(self.rx_pool.get(index).copied().flatten()),
                 },
             };
-            match dir {
-                RingDirection::C2S if index < nq => tx[index] = Some(conn),
-                RingDirection::S2C if index < nq => rx[index] = Some(conn),
-                _ => {}
-            }
+            session.attach(dir, index, conn);
             adds.push((
                 AddRing {
                     direction: dir,
@@ -183,32 +340,29 @@ impl MemifPort {
                 irq_fd,
             ));
         }
-        Ok((Session { conn: None, rx, tx }, fd, size, adds))
+        Ok((session, fd, size, adds))
     }
 
-    /// Client: one reply of the handshake.
-    pub(super) fn client_step(&mut self, m: Msg) -> Result<(), String> {
+    /// Client: one reply of the handshake: an ACK sends the next message, CONNECTED (only once
+    /// CONNECT is sent) brings the link up; anything else is refused.
+    pub(super) fn client_step(&mut self, m: Msg) -> Result<(), Refusal> {
         let Phase::Handshake(h) = &mut self.phase else {
             return Ok(());
         };
-        match m {
-            Msg::Ack => Self::send_next(h),
-            Msg::Connected { .. } => {
-                let Phase::Handshake(mut h) = std::mem::replace(&mut self.phase, Phase::Listening)
-                else {
-                    unreachable!()
-                };
-                let mut s = h.prepared.take().expect("client prepared a session");
-                s.conn = Some(h.conn);
-                self.install(Some(&s));
-                self.phase = Phase::Connected(Box::new(s));
-                self.connects += 1;
-                Ok(())
-            }
-            other => Err(format!(
-                "unexpected {} during the handshake",
-                other.msg_type()
-            )),
+        let got = m.msg_type();
+        if got != awaited(h) {
+            return Err(format!("Unexpected {got}").into());
         }
+        if got == MsgType::Ack {
+            return Ok(Self::send_next(h)?);
+        }
+        let Some(mut h) = self.take_handshake() else {
+            return Ok(());
+        };
+        let Some(s) = h.prepared.take() else {
+            return Err("Unexpected CONNECTED".into());
+        };
+        self.connected(h.conn, s);
+        Ok(())
     }
 }

@@ -51,6 +51,11 @@ pub struct MemifConfig {
     /// Client: descriptors point straight at pool buffers (pools must live in a memfd, which
     /// is sent as a region); a server ignores it, as DPDK's does.
     pub zero_copy: bool,
+    /// Each step of the handshake (connecting, then every message awaited from the peer) must
+    /// finish within this, or the connection is dropped with DISCONNECT and a reason and a
+    /// server interface is free for the next client. A server socket gives a new client the
+    /// shortest of its interfaces' timeouts to send INIT.
+    pub handshake_timeout: Duration,
 }
 
 impl MemifConfig {
@@ -66,6 +71,7 @@ impl MemifConfig {
             mac: MacAddr([2, 0xfe, 0, 0, 0, 0]),
             connect_patience: Duration::from_secs(30),
             zero_copy: false,
+            handshake_timeout: Duration::from_secs(5),
         }
     }
 

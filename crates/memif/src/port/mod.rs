@@ -5,6 +5,15 @@
 //! The client allocates everything (`specs/memif.md` §4): region 0 is one memfd holding the C2S
 //! rings, the S2C rings, then one buffer of `bsize` bytes per slot. The server maps only what it
 //! is given and validates it.
+//!
+//! * `config`: [`MemifConfig`], devargs and [`MemifError`];
+//! * `client`: connecting (never blocking the control thread), HELLO, region 0's layout and the
+//!   queued handshake;
+//! * `server`: INIT, regions and rings as a client announces them, CONNECT.
+//!
+//! Both roles share what is the same rule for both: `Session::attach` (how a ring becomes a
+//! queue's connection), `Refusal` (a refused step is a DISCONNECT with a reason) and the
+//! deadline of every handshake step ([`MemifConfig::handshake_timeout`]).
 
 mod client;
 mod config;
@@ -12,11 +21,13 @@ mod server;
 
 pub use config::{MemifConfig, MemifError, DEVARGS_KEYS, MAX_QUEUES};
 
+use std::borrow::Cow;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{
     AtomicBool,
-    Ordering::{Acquire, Release},
+    Ordering::{Acquire, Relaxed, Release},
 };
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,18 +37,32 @@ use memnic_ethdev::{
     StatsCell, TxQueue,
 };
 use memnic_shm::unix::{EventFd, SeqpacketConn, SocketAddrSpec};
-use memnic_shm::Region;
+use memnic_shm::{Region, ShmError};
 
-use crate::msg::{AddRing, Msg};
+use crate::msg::{AddRing, Msg, MsgError, RingDirection};
 use crate::queue::{Broken, Conn, MemifRxQueue, MemifTxQueue, QueueCore, QueueSlot, Role};
-use crate::ring::ring_bytes;
+use crate::ring::{ring_bytes, RING_FLAG_MASK_INT};
 use crate::socket::{read_msg, Read, SharedListener};
 
-/// Where the handshake is.
+/// Where the control channel is.
 enum Phase {
-    /// Client: not connected; next attempt at this time.
+    /// Client: not connected; next attempt at `retry_at`. `since`: when this run of failed
+    /// attempts began (for `connect_patience`).
     Idle {
         retry_at: Instant,
+        since: Instant,
+    },
+    /// Client: `connect` runs on a helper thread, whose result arrives on `done`: connecting
+    /// blocks while the server's backlog is full, and the control thread must not.
+    Connecting {
+        done: Receiver<Result<SeqpacketConn, ShmError>>,
+        deadline: Instant,
+        since: Instant,
+    },
+    /// Client: connected; the server speaks first (HELLO).
+    AwaitHello {
+        conn: SeqpacketConn,
+        deadline: Instant,
         since: Instant,
     },
     /// Server: listening, no client yet.
@@ -49,7 +74,9 @@ enum Phase {
 
 struct Handshake {
     conn: SeqpacketConn,
-    /// Client: messages still to send, one per reply.
+    /// The peer's next message is due by then; each step moves it on.
+    deadline: Instant,
+    /// Client: messages still to send, one per reply; empty once CONNECT is sent.
     queue: Vec<(Msg, Option<OwnedFd>)>,
     /// Client: what was prepared for this connection.
     prepared: Option<Session>,
@@ -60,15 +87,39 @@ struct Handshake {
 }
 
 impl Handshake {
-    fn new(conn: SeqpacketConn) -> Handshake {
+    fn new(conn: SeqpacketConn, deadline: Instant) -> Handshake {
         Handshake {
             conn,
+            deadline,
             queue: Vec::new(),
             prepared: None,
             regions: Vec::new(),
             rings: Vec::new(),
             inited: false,
         }
+    }
+}
+
+/// Why a handshake step was refused: the reason our DISCONNECT carries (and `last_reason`).
+/// Every check's error converts, so each step is a chain of `?`.
+#[derive(Debug)]
+struct Refusal(Cow<'static, str>);
+
+impl From<MsgError> for Refusal {
+    fn from(e: MsgError) -> Refusal {
+        Refusal(Cow::Borrowed(e.reason()))
+    }
+}
+
+impl From<&'static str> for Refusal {
+    fn from(reason: &'static str) -> Refusal {
+        Refusal(Cow::Borrowed(reason))
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Refusal {
+        Refusal(Cow::Owned(reason))
     }
 }
 
@@ -80,11 +131,49 @@ struct Session {
     tx: Vec<Option<Conn>>,
 }
 
+impl Session {
+    /// A session for `nq` queue pairs, no ring attached yet.
+    fn new(nq: usize) -> Session {
+        Session {
+            conn: None,
+            rx: vec![None; nq],
+            tx: vec![None; nq],
+        }
+    }
+
+    /// Ring `index` of direction `dir`, as the side `conn.role` uses it, the same rule for both
+    /// roles (spec §3.6): both counters start at 0; the ring's receiver (the client on S2C, the
+    /// server on C2S) polls it, so it sets MASK_INT ("do not kick me") and the ring serves its
+    /// rx queue `index`; the other side's ring serves its tx queue `index`. A ring beyond our
+    /// queues stays unused.
+    fn attach(&mut self, dir: RingDirection, index: usize, conn: Conn) {
+        // Relaxed: the peer reads these only after the socket message that follows (CONNECT
+        // from the client, CONNECTED from the server), which orders them.
+        conn.ring.head().store(0, Relaxed);
+        conn.ring.tail().store(0, Relaxed);
+        let receives = matches!(
+            (conn.role, dir),
+            (Role::Client, RingDirection::S2C) | (Role::Server, RingDirection::C2S)
+        );
+        if receives {
+            // Relaxed: as above.
+            conn.ring.flags().store(RING_FLAG_MASK_INT, Relaxed);
+        }
+        let queues = if receives { &mut self.rx } else { &mut self.tx };
+        if let Some(q) = queues.get_mut(index) {
+            *q = Some(conn);
+        }
+    }
+}
+
 /// A memif port.
 pub struct MemifPort {
     name: String,
     cfg: MemifConfig,
     phase: Phase,
+    /// Client: a connect that passed its deadline while still blocked in its thread. No new
+    /// attempt starts until it returns, so a server that never accepts costs one thread.
+    abandoned_connect: Option<Receiver<Result<SeqpacketConn, ShmError>>>,
     /// Server: the socket, shared with the other server interfaces on it.
     listener: Option<Arc<SharedListener>>,
     gate: Arc<Gate>,
@@ -110,7 +199,11 @@ impl MemifPort {
         let addr = SocketAddrSpec::memif(&cfg.socket, cfg.is_abstract);
         let (listener, phase) = match cfg.role {
             Role::Server => (
-                Some(SharedListener::register(&addr, cfg.id)?),
+                Some(SharedListener::register(
+                    &addr,
+                    cfg.id,
+                    cfg.handshake_timeout,
+                )?),
                 Phase::Listening,
             ),
             Role::Client => (
@@ -125,6 +218,7 @@ impl MemifPort {
             name: name.to_string(),
             cfg,
             phase,
+            abandoned_connect: None,
             listener,
             gate: Gate::new(),
             broken: Arc::new(Broken::default()),
@@ -211,6 +305,45 @@ impl MemifPort {
         self.link_up.store(s.is_some(), Release);
     }
 
+    /// When the peer's next handshake message is due, from now.
+    fn step_deadline(&self) -> Instant {
+        Instant::now() + self.cfg.handshake_timeout
+    }
+
+    /// Both roles, once the handshake is done: the queues get their rings and the link is up.
+    fn connected(&mut self, conn: SeqpacketConn, mut s: Session) {
+        s.conn = Some(conn);
+        self.install(Some(&s));
+        self.phase = Phase::Connected(Box::new(s));
+        self.connects += 1;
+    }
+
+    /// Takes the handshake out of the phase (leaving `Listening`), or leaves any other phase.
+    fn take_handshake(&mut self) -> Option<Box<Handshake>> {
+        match std::mem::replace(&mut self.phase, Phase::Listening) {
+            Phase::Handshake(h) => Some(h),
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// A handshake step whose deadline passed ends the connection, with the reason.
+    fn expire_handshake(&mut self) {
+        let Phase::Handshake(h) = &self.phase else {
+            return;
+        };
+        if Instant::now() < h.deadline {
+            return;
+        }
+        let reason = match self.cfg.role {
+            Role::Server => "Timeout waiting for the next handshake message".to_string(),
+            Role::Client => format!("Timeout waiting for {}", client::awaited(h)),
+        };
+        self.disconnect(&reason, true);
+    }
+
     fn disconnect(&mut self, reason: &str, tell_peer: bool) {
         let phase = std::mem::replace(&mut self.phase, Phase::Listening);
         let conn = match phase {
@@ -220,7 +353,12 @@ impl MemifPort {
                 s.conn.take()
             }
             Phase::Handshake(h) => Some(h.conn),
-            _ => None,
+            Phase::AwaitHello { conn, .. } => Some(conn),
+            Phase::Connecting { done, .. } => {
+                self.abandoned_connect = Some(done);
+                None
+            }
+            Phase::Idle { .. } | Phase::Listening => None,
         };
         if let (Some(c), true) = (&conn, tell_peer) {
             let _ = c.send(&Msg::disconnect(reason).encode(), &[]);
@@ -238,7 +376,7 @@ impl MemifPort {
         };
     }
 
-    /// Reads what the peer sent; returns false when the connection is gone.
+    /// Reads what the peer sent and runs the handshake steps.
     fn pump(&mut self) {
         loop {
             let conn = match &self.phase {
@@ -267,13 +405,17 @@ impl MemifPort {
                 return;
             }
             let res = match (self.cfg.role, self.is_connected()) {
-                (_, true) => Err("Unexpected message".to_string()),
+                (_, true) => Err(Refusal::from("Unexpected message")),
                 (Role::Server, false) => self.server_step(m, fds.pop()),
                 (Role::Client, false) => self.client_step(m),
             };
-            if let Err(reason) = res {
+            if let Err(Refusal(reason)) = res {
                 self.disconnect(&reason, true);
                 return;
+            }
+            let deadline = self.step_deadline();
+            if let Phase::Handshake(h) = &mut self.phase {
+                h.deadline = deadline;
             }
         }
     }
@@ -341,25 +483,10 @@ impl Port for MemifPort {
         }
         match &self.phase {
             Phase::Listening => self.server_accept(),
-            Phase::Idle { retry_at, since } => {
-                let (retry_at, since) = (*retry_at, *since);
-                if Instant::now() >= retry_at {
-                    if let Err(e) = self.client_start() {
-                        self.last_reason = Some(e);
-                        let gave_up = since.elapsed() > self.cfg.connect_patience;
-                        let wait = if gave_up {
-                            Duration::from_secs(1)
-                        } else {
-                            Duration::from_millis(50)
-                        };
-                        self.phase = Phase::Idle {
-                            retry_at: Instant::now() + wait,
-                            since,
-                        };
-                    }
-                }
+            Phase::Idle { .. } | Phase::Connecting { .. } | Phase::AwaitHello { .. } => {
+                self.client_advance()
             }
-            _ => {
+            Phase::Handshake(_) | Phase::Connected(_) => {
                 // Answer clients of the other interfaces on our socket (or refuse ours: busy).
                 if let Some(l) = &self.listener {
                     let _ = l.poll(self.cfg.id, false);
@@ -367,6 +494,7 @@ impl Port for MemifPort {
             }
         }
         self.pump();
+        self.expire_handshake();
     }
 
     fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {
@@ -427,7 +555,10 @@ fn take(
 
 impl Drop for MemifPort {
     fn drop(&mut self) {
-        if self.is_connected() {
+        if matches!(
+            self.phase,
+            Phase::Connected(_) | Phase::Handshake(_) | Phase::AwaitHello { .. }
+        ) {
             self.disconnect("interface closed", true);
         }
         if let Some(l) = &self.listener {
