@@ -15,7 +15,7 @@ use memnic_shm::Region;
 
 use super::{Handshake, MemifPort, Phase, Refusal, Session};
 use crate::msg::{
-    self, AddRegion, AddRing, Hello, Init, InterfaceMode, Msg, MsgType, Name, RingDirection, Secret,
+    self, AddRegion, AddRing, Hello, Init, InterfaceMode, Msg, MsgType, Name, RingDirection,
 };
 use crate::queue::{Conn, Role};
 use crate::ring::{ring_bytes, Regions, Ring};
@@ -210,16 +210,12 @@ impl MemifPort {
         let (session, region_fd, size, rings) =
             self.client_layout(n.c2s_rings, n.s2c_rings, n.log2_ring_size)?;
         let mut queue: Vec<(Msg, Option<OwnedFd>)> = Vec::new();
-        let secret = match &self.cfg.secret {
-            Some(s) => Secret::try_from(s.as_str()).map_err(|e| e.to_string())?,
-            None => Secret::empty(),
-        };
         queue.push((
             Msg::Init(Init {
                 version: msg::VERSION,
                 id: self.cfg.id,
                 mode: InterfaceMode::Ethernet,
-                secret,
+                secret: self.secret.clone(),
                 name: Name::truncated("memnic"),
             }),
             None,

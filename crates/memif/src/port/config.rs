@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use memnic_ethdev::{Devargs, DevargsError, MacAddr};
 
-use crate::msg;
+use crate::msg::{MsgError, Secret};
 use crate::queue::Role;
 use crate::socket::RegisterError;
 
@@ -33,6 +33,10 @@ pub enum MemifError {
     Shm(#[from] memnic_shm::ShmError),
     #[error(transparent)]
     Socket(#[from] RegisterError),
+    #[error("the memif secret is refused ({0}): give 1 to 23 bytes without NUL, or no secret")]
+    Secret(MsgError),
+    #[error("an empty memif secret would admit every client: give 1 to 23 bytes, or no secret")]
+    EmptySecret,
 }
 
 /// How a memif port is set up.
@@ -75,6 +79,16 @@ impl MemifConfig {
         }
     }
 
+    /// The configured secret as it goes on the wire; an unusable one is an error, never "no
+    /// secret" (that would let every client in).
+    pub fn checked_secret(&self) -> Result<Secret, MemifError> {
+        match self.secret.as_deref() {
+            None => Ok(Secret::empty()),
+            Some("") => Err(MemifError::EmptySecret),
+            Some(s) => Secret::try_from(s).map_err(MemifError::Secret),
+        }
+    }
+
     /// Reads DPDK-style devargs: `memif0,role=server,socket=/run/memif.sock,id=0,...`.
     pub fn from_devargs(a: &Devargs) -> Result<MemifConfig, MemifError> {
         let role = match a.choice_or("role", &["server", "client", "master", "slave"], "client")? {
@@ -85,11 +99,7 @@ impl MemifConfig {
         c.is_abstract = a.bool_or("socket-abstract", false)?;
         c.id = a.parse_or("id", 0u32)?;
         c.secret = a.get("secret").map(str::to_string);
-        if let Some(s) = &c.secret {
-            if s.len() > msg::SECRET_SIZE - 1 {
-                return Err(a.bad("secret", s, "at most 23 bytes").into());
-            }
-        }
+        c.checked_secret()?;
         c.log2_ring_size = a.parse_or("rsize", 10u8)?;
         if !(1..=14).contains(&c.log2_ring_size) {
             return Err(a

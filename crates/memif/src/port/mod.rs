@@ -39,7 +39,7 @@ use memnic_ethdev::{
 use memnic_shm::unix::{EventFd, SeqpacketConn, SocketAddrSpec};
 use memnic_shm::{Region, ShmError};
 
-use crate::msg::{AddRing, Msg, MsgError, RingDirection};
+use crate::msg::{AddRing, Msg, MsgError, RingDirection, Secret};
 use crate::queue::{Broken, Conn, MemifRxQueue, MemifTxQueue, QueueCore, QueueSlot, Role};
 use crate::ring::{ring_bytes, RING_FLAG_MASK_INT};
 use crate::socket::{read_msg, Read, SharedListener};
@@ -170,6 +170,8 @@ impl Session {
 pub struct MemifPort {
     name: String,
     cfg: MemifConfig,
+    /// `cfg.secret` as checked at start-up (empty: none).
+    secret: Secret,
     phase: Phase,
     /// Client: a connect that passed its deadline while still blocked in its thread. No new
     /// attempt starts until it returns, so a server that never accepts costs one thread.
@@ -195,7 +197,10 @@ pub struct MemifPort {
 }
 
 impl MemifPort {
+    /// A port as `cfg` says; a configuration that cannot work (a secret that does not fit) is
+    /// refused here, before anything connects.
     pub fn new(name: &str, cfg: MemifConfig) -> Result<MemifPort, MemifError> {
+        let secret = cfg.checked_secret()?;
         let addr = SocketAddrSpec::memif(&cfg.socket, cfg.is_abstract);
         let (listener, phase) = match cfg.role {
             Role::Server => (
@@ -217,6 +222,7 @@ impl MemifPort {
         Ok(MemifPort {
             name: name.to_string(),
             cfg,
+            secret,
             phase,
             abandoned_connect: None,
             listener,

@@ -8,7 +8,7 @@ use memnic_shm::unix::EventFd;
 use memnic_shm::Region;
 
 use super::{Handshake, MemifPort, Phase, Refusal, Session, MAX_QUEUES};
-use crate::msg::{self, Msg, Name, Secret};
+use crate::msg::{self, Msg, Name};
 use crate::queue::{Conn, Role};
 use crate::ring::{Regions, Ring};
 
@@ -40,11 +40,7 @@ impl MemifPort {
                     return Err("ID not found".into());
                 }
                 init.check_mode()?;
-                let expected = match &self.cfg.secret {
-                    Some(s) => Secret::try_from(s.as_str()).unwrap_or_default(),
-                    None => Secret::empty(),
-                };
-                init.check_secret(&expected)?;
+                init.check_secret(&self.secret)?;
                 h.inited = true;
             }
             Msg::AddRegion(r) if h.inited => {
