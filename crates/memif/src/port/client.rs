@@ -13,13 +13,83 @@ use std::time::{Duration, Instant};
 use memnic_shm::unix::{EventFd, SeqpacketConn};
 use memnic_shm::Region;
 
-use super::{Handshake, MemifPort, Phase, Refusal, Session};
+use super::{Handshake, MemifError, MemifPort, Phase, Refusal, Session};
 use crate::msg::{
     self, AddRegion, AddRing, Hello, Init, InterfaceMode, Msg, MsgType, Name, RingDirection,
+    DESC_SIZE, MAX_LOG2_RING_SIZE, RING_HEADER_SIZE,
 };
 use crate::queue::{Conn, Role};
-use crate::ring::{ring_bytes, Regions, Ring};
+use crate::ring::{Regions, Ring};
 use crate::socket::{read_msg, Read};
+
+/// Region 0 of a client (spec §4): the C2S rings, the S2C rings, then one buffer of `bsize`
+/// bytes per slot, ring by ring. Descriptor and ADD_RING offsets are u32 on the wire, so the
+/// region may not pass 4 GiB; [`Layout::new`] refuses one that would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Layout {
+    pub size: u64,
+    pub log2: u8,
+    pub bsize: u32,
+    pub rings: Vec<RingPlace>,
+}
+
+/// Where one ring and its buffers lie in region 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RingPlace {
+    pub direction: RingDirection,
+    pub index: u16,
+    /// The ring header.
+    pub offset: u32,
+    /// The buffer of its slot 0; slot j's is `bsize · j` further.
+    pub buffers: u32,
+}
+
+/// The most bytes region 0 may have: every offset in it then fits a u32.
+const REGION_LIMIT: u64 = 1 << 32;
+
+impl Layout {
+    pub fn new(c2s: u16, s2c: u16, log2: u8, bsize: u32) -> Result<Layout, MemifError> {
+        if log2 > MAX_LOG2_RING_SIZE {
+            return Err(MemifError::RingSize { log2 });
+        }
+        let rings = u64::from(c2s) + u64::from(s2c);
+        let slots = 1u64 << log2;
+        let ring_bytes = RING_HEADER_SIZE + DESC_SIZE * slots;
+        let per_ring = slots * u64::from(bsize);
+        // No overflow in u64: rings < 2^17, slots <= 2^14, bsize < 2^32.
+        let buffer_offset = rings * ring_bytes;
+        let size = buffer_offset + rings * per_ring;
+        let too_large = || MemifError::RegionTooLarge {
+            size,
+            rings: u32::from(c2s) + u32::from(s2c),
+            log2,
+            bsize,
+        };
+        if size > REGION_LIMIT {
+            return Err(too_large());
+        }
+        let offset = |x: u64| u32::try_from(x).map_err(|_| too_large());
+        let mut places = Vec::with_capacity(rings as usize);
+        for g in 0..rings {
+            let (direction, index) = match g.checked_sub(u64::from(c2s)) {
+                None => (RingDirection::C2S, g),
+                Some(i) => (RingDirection::S2C, i),
+            };
+            places.push(RingPlace {
+                direction,
+                index: index as u16, // below c2s or s2c, both u16
+                offset: offset(g * ring_bytes)?,
+                buffers: offset(buffer_offset + g * per_ring)?,
+            });
+        }
+        Ok(Layout {
+            size,
+            log2,
+            bsize,
+            rings: places,
+        })
+    }
+}
 
 /// What the client waits for in its handshake: an ACK for each message until CONNECT is sent,
 /// then CONNECTED.
@@ -207,8 +277,9 @@ impl MemifPort {
         }
         let nq = self.nq().max(1);
         let n = hello.negotiate(nq, nq, self.cfg.log2_ring_size);
-        let (session, region_fd, size, rings) =
-            self.client_layout(n.c2s_rings, n.s2c_rings, n.log2_ring_size)?;
+        let layout = Layout::new(n.c2s_rings, n.s2c_rings, n.log2_ring_size, self.cfg.bsize)
+            .map_err(|e| e.to_string())?;
+        let (session, region_fd, rings) = self.client_layout(&layout)?;
         let mut queue: Vec<(Msg, Option<OwnedFd>)> = Vec::new();
         queue.push((
             Msg::Init(Init {
@@ -223,7 +294,7 @@ impl MemifPort {
         queue.push((
             Msg::AddRegion(AddRegion {
                 index: 0,
-                size: size as u64,
+                size: layout.size,
             }),
             Some(region_fd),
         ));
@@ -268,25 +339,18 @@ impl MemifPort {
         Ok(())
     }
 
-    /// Client: region 0 with `c2s` + `s2c` rings of 2^log2 slots and their buffers (§4), its
-    /// rings initialised, one eventfd per ring.
+    /// Client: region 0 as `layout` places it, its rings initialised, one eventfd per ring.
     #[allow(clippy::type_complexity)]
     fn client_layout(
         &self,
-        c2s: u16,
-        s2c: u16,
-        log2: u8,
-    ) -> Result<(Session, OwnedFd, usize, Vec<(AddRing, OwnedFd)>), String> {
+        layout: &Layout,
+    ) -> Result<(Session, OwnedFd, Vec<(AddRing, OwnedFd)>), String> {
         // Zero copy: pools that live in a memfd become regions 1, 2, ...
         let zc_region = |pool: Option<usize>| -> Option<u16> {
             let p = pool?;
             (self.cfg.zero_copy && self.pools[p].region().fd().is_some()).then_some(1 + p as u16)
         };
-        let rb = ring_bytes(log2);
-        let nrings = c2s as usize + s2c as usize;
-        let slots = 1usize << log2;
-        let buffer_offset = nrings * rb;
-        let size = buffer_offset + nrings * slots * self.cfg.bsize as usize;
+        let size = usize::try_from(layout.size).map_err(|e| e.to_string())?;
         let region =
             Arc::new(Region::memfd("memif_region_0", size, false).map_err(|e| e.to_string())?);
         let fd = region
@@ -297,46 +361,40 @@ impl MemifPort {
         let regions = Regions(vec![region.clone()]);
         let mut session = Session::new(self.nq() as usize);
         let mut adds = Vec::new();
-        for g in 0..nrings {
-            let (dir, index) = if g < c2s as usize {
-                (RingDirection::C2S, g)
-            } else {
-                (RingDirection::S2C, g - c2s as usize)
-            };
-            let ring = Ring::new(region.clone(), g * rb, log2).map_err(|e| e.to_string())?;
+        for place in &layout.rings {
+            let ring = Ring::new(region.clone(), place.offset as usize, layout.log2)
+                .map_err(|e| e.to_string())?;
             ring.init();
             let irq = Arc::new(EventFd::new().map_err(|e| e.to_string())?);
             let irq_fd = irq
                 .as_fd()
                 .try_clone_to_owned()
                 .map_err(|e| e.to_string())?;
+            let index = usize::from(place.index);
             let conn = Conn {
                 role: Role::Client,
                 ring,
                 regions: regions.clone(),
-                buffers: Some((
-                    buffer_offset + g * slots * self.cfg.bsize as usize,
-                    self.cfg.bsize,
-                )),
+                buffers: Some((place.buffers as usize, layout.bsize)),
                 irq: Some(irq),
-                zero_copy_region: match dir {
+                zero_copy_region: match place.direction {
                     RingDirection::C2S => zc_region(self.tx_pool.get(index).copied().flatten()),
                     RingDirection::S2C => zc_region(self.rx_pool.get(index).copied().flatten()),
                 },
             };
-            session.attach(dir, index, conn);
+            session.attach(place.direction, index, conn);
             adds.push((
                 AddRing {
-                    direction: dir,
-                    index: index as u16,
+                    direction: place.direction,
+                    index: place.index,
                     region: 0,
-                    offset: (g * rb) as u32,
-                    log2_ring_size: log2,
+                    offset: place.offset,
+                    log2_ring_size: layout.log2,
                 },
                 irq_fd,
             ));
         }
-        Ok((session, fd, size, adds))
+        Ok((session, fd, adds))
     }
 
     /// Client: one reply of the handshake: an ACK sends the next message, CONNECTED (only once
@@ -360,5 +418,56 @@ impl MemifPort {
         };
         self.connected(h.conn, s);
         Ok(())
+    }
+
+    /// Client with queue `q` taken: would region 0 still fit (the most rings and slots the
+    /// handshake can settle on)? Server: nothing to lay out.
+    pub(super) fn check_layout(&self, q: u16) -> Result<(), MemifError> {
+        if self.cfg.role != Role::Client {
+            return Ok(());
+        }
+        let nq = self.nq().max(q.saturating_add(1));
+        Layout::new(nq, nq, self.cfg.log2_ring_size, self.cfg.bsize).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_the_spec_example_and_refuses_past_4_gib() {
+        // spec §4: one queue pair, bsize 2048, k = 10: rings of 16,512 B, buffers from 33,024,
+        // 4,227,328 B in all.
+        let l = Layout::new(1, 1, 10, 2048).unwrap();
+        assert_eq!(l.size, 4_227_328);
+        assert_eq!(
+            l.rings,
+            vec![
+                RingPlace {
+                    direction: RingDirection::C2S,
+                    index: 0,
+                    offset: 0,
+                    buffers: 33_024
+                },
+                RingPlace {
+                    direction: RingDirection::S2C,
+                    index: 0,
+                    offset: 16_512,
+                    buffers: 33_024 + 1024 * 2048
+                },
+            ]
+        );
+        // One pair of 2^14 slots of 64 KiB: 2 GiB of buffers and the rings, fits.
+        let l = Layout::new(1, 1, 14, 65_536).unwrap();
+        assert!(l.size < REGION_LIMIT);
+        // Two pairs: the buffers alone are 4 GiB, so the region passes it.
+        let e = Layout::new(2, 2, 14, 65_536).unwrap_err();
+        assert!(matches!(e, MemifError::RegionTooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("4 GiB"), "{e}");
+        assert!(matches!(
+            Layout::new(1, 1, 15, 2048),
+            Err(MemifError::RingSize { log2: 15 })
+        ));
     }
 }

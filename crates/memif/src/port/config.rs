@@ -37,6 +37,19 @@ pub enum MemifError {
     Secret(MsgError),
     #[error("an empty memif secret would admit every client: give 1 to 23 bytes, or no secret")]
     EmptySecret,
+    #[error("a ring of 2^{log2} slots is above memif's limit of 2^14: use an rsize of 1 to 14")]
+    RingSize { log2: u8 },
+    #[error(
+        "region 0 would need {size} bytes for {rings} rings of 2^{log2} slots of {bsize} bytes, \
+         but memif descriptor offsets are 32-bit, so it must stay within 4 GiB: use fewer queue \
+         pairs, a smaller rsize or a smaller bsize"
+    )]
+    RegionTooLarge {
+        size: u64,
+        rings: u32,
+        log2: u8,
+        bsize: u32,
+    },
 }
 
 /// How a memif port is set up.

@@ -197,10 +197,13 @@ pub struct MemifPort {
 }
 
 impl MemifPort {
-    /// A port as `cfg` says; a configuration that cannot work (a secret that does not fit) is
-    /// refused here, before anything connects.
+    /// A port as `cfg` says; a configuration that cannot work (a secret that does not fit, a
+    /// client whose region 0 would pass 4 GiB) is refused here, before anything connects.
     pub fn new(name: &str, cfg: MemifConfig) -> Result<MemifPort, MemifError> {
         let secret = cfg.checked_secret()?;
+        if cfg.role == Role::Client {
+            client::Layout::new(1, 1, cfg.log2_ring_size, cfg.bsize)?;
+        }
         let addr = SocketAddrSpec::memif(&cfg.socket, cfg.is_abstract);
         let (listener, phase) = match cfg.role {
             Role::Server => (
@@ -448,6 +451,10 @@ impl Port for MemifPort {
     }
 
     fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
+        self.check_layout(q).map_err(|e| PortError::Other {
+            port: self.name.clone(),
+            what: e.to_string(),
+        })?;
         take(&mut self.rx_slots, &mut self.rx_cells, q, &self.name, "rx")?;
         let p = self.pool_index(pool);
         set_at(&mut self.rx_pool, q, p);
@@ -462,6 +469,10 @@ impl Port for MemifPort {
     }
 
     fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
+        self.check_layout(q).map_err(|e| PortError::Other {
+            port: self.name.clone(),
+            what: e.to_string(),
+        })?;
         take(&mut self.tx_slots, &mut self.tx_cells, q, &self.name, "tx")?;
         let p = self.pool_index(pool);
         set_at(&mut self.tx_pool, q, p);
