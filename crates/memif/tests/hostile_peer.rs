@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{add_ring, connect_good, region, Fake, Server};
 use memnic_ethdev::Port;
 use memnic_memif::msg::{AddRegion, Init, InterfaceMode, Msg, Name, RingDirection, Secret};
-use memnic_memif::ring::{Desc, Regions, Ring};
+use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
 use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mempool, PoolConfig};
 use memnic_shm::unix::EventFd;
@@ -308,6 +308,49 @@ fn a_client_silent_after_init_is_timed_out_and_frees_the_interface() {
     );
     silent.expect_disconnect("Timeout waiting for the next handshake message");
     assert_eq!(srv.port.lock().unwrap().connects, 1);
+}
+
+/// Each direction has one ring per queue: a second ring with the same direction and index, or
+/// an index past our queues, is refused.
+#[test]
+fn a_repeated_or_out_of_range_ring_is_refused() {
+    let srv = Server::start("rings");
+    let ev = EventFd::new().unwrap();
+    let reg = region(1 << 20);
+    let off = ring_bytes(4) as u32;
+    for (first, second, reason) in [
+        // The same direction and index twice (at CONNECT the second would replace the first).
+        (Some(0), 0, "Duplicate ring"),
+        // Index 1: the server has one queue pair.
+        (None, 1, "Invalid ring index"),
+    ] {
+        let mut f = Fake::connect(&srv.sock);
+        f.init(0);
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        f.send(
+            &Msg::AddRegion(AddRegion {
+                index: 0,
+                size: 1 << 20,
+            })
+            .encode(),
+            &[reg.fd().unwrap()],
+        );
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        if let Some(i) = first {
+            let mut m = add_ring(RingDirection::C2S, 0, 0, 4);
+            if let Msg::AddRing(r) = &mut m {
+                r.index = i;
+            }
+            f.send(&m.encode(), &[ev.as_fd()]);
+            assert!(matches!(f.recv(), Some(Msg::Ack)));
+        }
+        let mut m = add_ring(RingDirection::C2S, 0, off, 4);
+        if let Msg::AddRing(r) = &mut m {
+            r.index = second;
+        }
+        f.send(&m.encode(), &[ev.as_fd()]);
+        f.expect_disconnect(reason);
+    }
 }
 
 fn pool() -> Mempool {

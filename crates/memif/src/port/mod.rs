@@ -44,6 +44,10 @@ use crate::queue::{Broken, Conn, MemifRxQueue, MemifTxQueue, QueueCore, QueueSlo
 use crate::ring::{ring_bytes, RING_FLAG_MASK_INT};
 use crate::socket::{read_msg, Read, SharedListener};
 
+/// Messages read from the peer in one `service` call at most: the handshake is lock-step (one
+/// message in flight), so more is a flood, and the control thread has other ports to serve.
+const MAX_MSGS_PER_SERVICE: usize = 64;
+
 /// Where the control channel is.
 enum Phase {
     /// Client: not connected; next attempt at `retry_at`. `since`: when this run of failed
@@ -385,9 +389,9 @@ impl MemifPort {
         };
     }
 
-    /// Reads what the peer sent and runs the handshake steps.
+    /// Reads what the peer sent (a bounded number of messages) and runs the handshake steps.
     fn pump(&mut self) {
-        loop {
+        for _ in 0..MAX_MSGS_PER_SERVICE {
             let conn = match &self.phase {
                 Phase::Handshake(h) => &h.conn,
                 Phase::Connected(s) => match &s.conn {

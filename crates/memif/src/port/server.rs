@@ -1,5 +1,10 @@
 //! The server role: take a client the shared socket greeted, check its INIT, collect its regions
 //! and rings, and map them at CONNECT.
+//!
+//! What a client can make us hold is bounded: at most 256 regions (decoding refuses an index
+//! above [`MAX_REGION_INDEX`](crate::msg::MAX_REGION_INDEX), what our HELLO advertises, and they
+//! come in order), and one ring per direction and queue (an index below our queue count, no
+//! repeat), each with one eventfd.
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -55,6 +60,7 @@ impl MemifPort {
             }
             Msg::AddRing(ring) if h.inited => {
                 ring.check_index(ring_count)?;
+                ring.check_not_added(h.rings.iter().map(|(r, _)| r))?;
                 ring.check_size(msg::MAX_LOG2_RING_SIZE)?;
                 ring.check_region(h.regions.len())?;
                 ring.check_in_region(h.regions[ring.region as usize].len() as u64)?;
