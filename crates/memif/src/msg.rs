@@ -202,6 +202,11 @@ pub enum MsgError {
     },
     #[error("ring index {index} is not below this interface's {count} ring(s) in that direction")]
     RingIndexOverCount { index: u16, count: u16 },
+    #[error("{direction:?} ring {index} was already added in this handshake")]
+    DuplicateRing {
+        direction: RingDirection,
+        index: u16,
+    },
     #[error("a ring of 2^{log2} slots exceeds the 2^{max} this side allows")]
     RingSizeOverAdvertised { log2: u8, max: u8 },
     #[error("{got} arrived where the handshake does not allow it")]
@@ -234,6 +239,7 @@ impl MsgError {
                 "Invalid ring offset"
             }
             MsgError::UnknownRingRegion { .. } => "Invalid ring region",
+            MsgError::DuplicateRing { .. } => "Duplicate ring",
             MsgError::PrivateHeader { .. } => "Private ring header not supported",
             MsgError::FdCount { msg, got, .. } => match (msg, got) {
                 (MsgType::AddRegion, 0) => "Missing region fd",
@@ -764,6 +770,25 @@ impl AddRing {
                 index: self.index,
                 count,
             })
+        }
+    }
+
+    /// The ring must not repeat one `added` earlier in this handshake (same direction and
+    /// index): at CONNECT a repeat would replace the first, and each holds an eventfd
+    /// ("Duplicate ring").
+    pub fn check_not_added<'a>(
+        &self,
+        added: impl IntoIterator<Item = &'a AddRing>,
+    ) -> Result<(), MsgError> {
+        match added
+            .into_iter()
+            .any(|r| r.direction == self.direction && r.index == self.index)
+        {
+            false => Ok(()),
+            true => Err(MsgError::DuplicateRing {
+                direction: self.direction,
+                index: self.index,
+            }),
         }
     }
 

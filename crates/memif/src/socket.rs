@@ -17,8 +17,6 @@ use memnic_shm::ShmError;
 
 use crate::msg::{Hello, Init, Msg, Name};
 
-/// A client that has not sent its INIT by then is dropped.
-const GREETING_TIMEOUT: Duration = Duration::from_secs(5);
 /// Clients greeted but not yet dispatched; more are refused (a flood must not exhaust fds).
 const MAX_GREETING: usize = 64;
 const MAX_ACCEPT_PER_POLL: usize = 16;
@@ -64,16 +62,30 @@ pub(crate) struct Pending {
     pub init: Init,
 }
 
-#[derive(Default)]
 struct Interface {
     /// Handshaking or connected: further clients for this id are refused.
     busy: bool,
     ready: Option<Pending>,
+    /// How long this interface gives each handshake step.
+    step_timeout: Duration,
 }
 
 struct State {
     interfaces: HashMap<u32, Interface>,
     greeting: Vec<(SeqpacketConn, Instant)>,
+}
+
+impl State {
+    /// A greeted client that has not sent its INIT by then is dropped: the shortest handshake
+    /// step of the interfaces on this socket (the INIT does not say which one it wants until it
+    /// arrives).
+    fn greeting_timeout(&self) -> Duration {
+        self.interfaces
+            .values()
+            .map(|i| i.step_timeout)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
 }
 
 /// A listening socket and the server interfaces registered on it.
@@ -97,8 +109,13 @@ pub enum RegisterError {
 
 impl SharedListener {
     /// Registers interface `id` on the socket at `addr`, binding it if this process does not
-    /// listen there yet.
-    pub fn register(addr: &SocketAddrSpec, id: u32) -> Result<Arc<SharedListener>, RegisterError> {
+    /// listen there yet. A client greeted on this socket has `step_timeout` (or the shortest of
+    /// the interfaces' timeouts) to send its INIT.
+    pub fn register(
+        addr: &SocketAddrSpec,
+        id: u32,
+        step_timeout: Duration,
+    ) -> Result<Arc<SharedListener>, RegisterError> {
         let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|w| w.strong_count() > 0);
         let existing = open
@@ -129,7 +146,14 @@ impl SharedListener {
                 addr: addr.to_string(),
             });
         }
-        st.interfaces.insert(id, Interface::default());
+        st.interfaces.insert(
+            id,
+            Interface {
+                busy: false,
+                ready: None,
+                step_timeout,
+            },
+        );
         drop(st);
         Ok(l)
     }
@@ -189,9 +213,10 @@ impl SharedListener {
 /// Reads the first message of every greeted client and sends it where it belongs.
 fn dispatch(st: &mut State) {
     let waiting = std::mem::take(&mut st.greeting);
+    let timeout = st.greeting_timeout();
     for (conn, since) in waiting {
         let init = match read_msg(&conn) {
-            Read::Nothing if since.elapsed() < GREETING_TIMEOUT => {
+            Read::Nothing if since.elapsed() < timeout => {
                 st.greeting.push((conn, since));
                 continue;
             }

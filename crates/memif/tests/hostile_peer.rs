@@ -2,141 +2,22 @@
 //! server: each mistake is answered with DISCONNECT and a reason, the server never crashes, and
 //! it serves a well-behaved client afterwards. Plus a property test of descriptor validation.
 
+mod common;
+
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{add_ring, connect_good, region, Fake, Server};
 use memnic_ethdev::Port;
-use memnic_memif::msg::{
-    AddRegion, AddRing, Init, InterfaceMode, Msg, Name, RingDirection, Secret, VERSION,
-};
+use memnic_memif::msg::{AddRegion, Init, InterfaceMode, Msg, Name, RingDirection, Secret};
 use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
 use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mempool, PoolConfig};
-use memnic_shm::unix::{poll, EventFd, PollFd, SeqpacketConn, SocketAddrSpec};
+use memnic_shm::unix::EventFd;
 use memnic_shm::Region;
 use proptest::prelude::*;
-
-/// Our server, serviced and polled by a background thread until dropped.
-struct Server {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    port: Arc<Mutex<MemifPort>>,
-    sock: String,
-}
-
-impl Server {
-    fn start(tag: &str) -> Server {
-        let sock = format!("/tmp/memnic-hostile-{tag}-{}.sock", std::process::id());
-        let mut port = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
-        let mut c = PoolConfig::new("h", 2048);
-        c.huge = false;
-        let pool = Mempool::new(&c).unwrap();
-        let mut rx = port.take_rx_queue(0, &pool).unwrap();
-        let _tx = port.take_tx_queue(0, &pool).unwrap();
-        let port = Arc::new(Mutex::new(port));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (p, s) = (port.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut cache = pool.cache();
-            let mut pkts = Vec::new();
-            while !s.load(Relaxed) {
-                p.lock().unwrap().service();
-                rx.rx_burst(&mut pkts, 32);
-                cache.free_all(&mut pkts);
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        });
-        Server {
-            stop,
-            thread: Some(thread),
-            port,
-            sock,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(&self.sock);
-    }
-}
-
-/// A client that speaks raw bytes.
-struct Fake {
-    conn: SeqpacketConn,
-}
-
-impl Fake {
-    fn connect(sock: &str) -> Fake {
-        let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(sock, false)).unwrap();
-        let mut f = Fake { conn };
-        assert!(
-            matches!(f.recv(), Some(Msg::Hello(_))),
-            "the server greets first"
-        );
-        f
-    }
-
-    fn recv(&mut self) -> Option<Msg> {
-        let mut pfd = [PollFd::readable(self.conn.as_fd())];
-        if poll(&mut pfd, Some(Duration::from_secs(5))).unwrap() == 0 {
-            return None;
-        }
-        let mut buf = [0u8; 256];
-        let got = self.conn.recv(&mut buf).ok()?;
-        if got.is_eof() {
-            return None;
-        }
-        Msg::decode(&buf[..got.len]).ok()
-    }
-
-    fn send(&mut self, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
-        self.conn.send(bytes, fds).unwrap();
-    }
-
-    /// Expects DISCONNECT whose reason contains `needle`, then the end of the connection.
-    fn expect_disconnect(&mut self, needle: &str) {
-        match self.recv() {
-            Some(Msg::Disconnect(d)) => {
-                let r = d.reason.to_string_lossy().to_string();
-                assert!(r.contains(needle), "reason '{r}' does not say '{needle}'");
-            }
-            other => panic!("expected DISCONNECT '{needle}', got {other:?}"),
-        }
-        assert!(self.recv().is_none(), "the server closes after DISCONNECT");
-    }
-
-    fn init(&mut self, id: u32) {
-        let m = Msg::Init(Init {
-            version: VERSION,
-            id,
-            mode: InterfaceMode::Ethernet,
-            secret: Secret::empty(),
-            name: Name::truncated("fake"),
-        });
-        self.send(&m.encode(), &[]);
-    }
-}
-
-fn region(len: usize) -> Region {
-    Region::memfd("fake", len, false).unwrap()
-}
-
-fn add_ring(dir: RingDirection, region: u16, offset: u32, log2: u8) -> Msg {
-    Msg::AddRing(AddRing {
-        direction: dir,
-        index: 0,
-        region,
-        offset,
-        log2_ring_size: log2,
-    })
-}
 
 #[test]
 fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
@@ -147,13 +28,13 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
 
     let mut f = Fake::connect(s);
     f.send(&[0u8; 100], &[]);
-    f.expect_disconnect("size");
+    f.expect_disconnect("Invalid message size");
 
     let mut f = Fake::connect(s);
     let mut bad = Msg::Ack.encode();
     bad[0] = 77;
     f.send(&bad, &[]);
-    f.expect_disconnect("");
+    f.expect_disconnect("Unknown message type");
 
     let mut f = Fake::connect(s);
     f.send(
@@ -180,7 +61,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
     .encode();
     m[2..4].copy_from_slice(&0x0100u16.to_le_bytes());
     f.send(&m, &[]);
-    f.expect_disconnect("ersion");
+    f.expect_disconnect("Incompatible memif version");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -193,7 +74,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Missing region fd");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -206,7 +87,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[reg.fd().unwrap(), ev.as_fd()],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Unexpected file descriptor");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -219,7 +100,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[reg.fd().unwrap()],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Invalid region size");
 
     let mut f = Fake::connect(s);
     f.init(0);
@@ -232,17 +113,25 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[reg.fd().unwrap()],
     );
-    f.expect_disconnect("");
+    f.expect_disconnect("Invalid region index");
 
     // Rings: outside the region, missing eventfd, a wrong cookie at CONNECT.
-    for (ring, fd_too, needle) in [
+    for (ring, fd_too, reason) in [
         (
             add_ring(RingDirection::C2S, 0, (1 << 20) - 256, 10),
             true,
-            "",
+            "Invalid ring offset",
         ),
-        (add_ring(RingDirection::C2S, 3, 0, 10), true, ""),
-        (add_ring(RingDirection::C2S, 0, 0, 10), false, "interrupt"),
+        (
+            add_ring(RingDirection::C2S, 3, 0, 10),
+            true,
+            "Invalid ring region",
+        ),
+        (
+            add_ring(RingDirection::C2S, 0, 0, 10),
+            false,
+            "Missing interrupt fd",
+        ),
     ] {
         let mut f = Fake::connect(s);
         f.init(0);
@@ -258,7 +147,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         assert!(matches!(f.recv(), Some(Msg::Ack)));
         let fds = if fd_too { vec![ev.as_fd()] } else { vec![] };
         f.send(&ring.encode(), &fds);
-        f.expect_disconnect(needle);
+        f.expect_disconnect(reason);
     }
     let mut f = Fake::connect(s);
     f.init(0);
@@ -292,50 +181,6 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
     drop(good);
     let p = srv.port.lock().unwrap();
     assert!(p.connects >= 1);
-}
-
-/// Handshakes properly with a C2S and an S2C ring at the start of `reg`; returns the connection.
-fn connect_good(sock: &str, reg: &Region, ev: &EventFd) -> Fake {
-    let mut f = Fake::connect(sock);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion {
-            index: 0,
-            size: reg.len() as u64,
-        })
-        .encode(),
-        &[reg.fd().unwrap()],
-    );
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    let rb = ring_bytes(4);
-    for (i, dir) in [RingDirection::C2S, RingDirection::S2C]
-        .into_iter()
-        .enumerate()
-    {
-        let off = i * rb;
-        let r = Ring::new(
-            Arc::new(
-                Region::from_fd(reg.fd().unwrap().try_clone_to_owned().unwrap(), reg.len())
-                    .unwrap(),
-            ),
-            off,
-            4,
-        )
-        .unwrap();
-        r.init();
-        f.send(&add_ring(dir, 0, off as u32, 4).encode(), &[ev.as_fd()]);
-        assert!(matches!(f.recv(), Some(Msg::Ack)), "ring {i}");
-    }
-    f.send(
-        &Msg::Connect {
-            if_name: Name::truncated("good"),
-        }
-        .encode(),
-        &[],
-    );
-    assert!(matches!(f.recv(), Some(Msg::Connected { .. })), "connected");
-    f
 }
 
 #[test]
@@ -433,4 +278,83 @@ proptest! {
             && (offset as u64 + len as u64) <= (sizes[region as usize] * 4096) as u64;
         prop_assert_eq!(regions.locate(region, offset, len).is_some(), inside);
     }
+}
+
+/// A client that says INIT and then nothing holds its interface only until the handshake step's
+/// deadline: then it is told why and dropped, and a real client gets the interface.
+#[test]
+fn a_client_silent_after_init_is_timed_out_and_frees_the_interface() {
+    let srv = Server::start_with("silent-init", |c| {
+        c.handshake_timeout = Duration::from_millis(300)
+    });
+    let mut silent = Fake::connect(&srv.sock);
+    silent.init(0);
+    assert!(matches!(silent.recv(), Some(Msg::Ack)));
+    // While it holds the interface, another client for it is turned away.
+    let mut other = Fake::connect(&srv.sock);
+    other.init(0);
+    other.expect_disconnect("Already connected");
+    // A real client, retrying, gets in once the silent one's deadline has passed.
+    let mut c = MemifPort::new("c", MemifConfig::new(Role::Client, &srv.sock)).unwrap();
+    let p = pool();
+    let _q = (
+        c.take_rx_queue(0, &p).unwrap(),
+        c.take_tx_queue(0, &p).unwrap(),
+    );
+    assert!(
+        c.wait_connected(Duration::from_secs(10)),
+        "{:?}",
+        c.last_reason
+    );
+    silent.expect_disconnect("Timeout waiting for the next handshake message");
+    assert_eq!(srv.port.lock().unwrap().connects, 1);
+}
+
+/// Each direction has one ring per queue: a second ring with the same direction and index, or
+/// an index past our queues, is refused.
+#[test]
+fn a_repeated_or_out_of_range_ring_is_refused() {
+    let srv = Server::start("rings");
+    let ev = EventFd::new().unwrap();
+    let reg = region(1 << 20);
+    let off = ring_bytes(4) as u32;
+    for (first, second, reason) in [
+        // The same direction and index twice (at CONNECT the second would replace the first).
+        (Some(0), 0, "Duplicate ring"),
+        // Index 1: the server has one queue pair.
+        (None, 1, "Invalid ring index"),
+    ] {
+        let mut f = Fake::connect(&srv.sock);
+        f.init(0);
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        f.send(
+            &Msg::AddRegion(AddRegion {
+                index: 0,
+                size: 1 << 20,
+            })
+            .encode(),
+            &[reg.fd().unwrap()],
+        );
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        if let Some(i) = first {
+            let mut m = add_ring(RingDirection::C2S, 0, 0, 4);
+            if let Msg::AddRing(r) = &mut m {
+                r.index = i;
+            }
+            f.send(&m.encode(), &[ev.as_fd()]);
+            assert!(matches!(f.recv(), Some(Msg::Ack)));
+        }
+        let mut m = add_ring(RingDirection::C2S, 0, off, 4);
+        if let Msg::AddRing(r) = &mut m {
+            r.index = second;
+        }
+        f.send(&m.encode(), &[ev.as_fd()]);
+        f.expect_disconnect(reason);
+    }
+}
+
+fn pool() -> Mempool {
+    let mut c = PoolConfig::new("c", 4096);
+    c.huge = false;
+    Mempool::new(&c).unwrap()
 }
