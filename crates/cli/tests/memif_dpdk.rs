@@ -80,7 +80,7 @@ fn dpdk(
         &fwd,
     ]);
     args.extend_from_slice(extra_app);
-    Proc::spawn_program(DPDK, &args, None)
+    common::spawn_program(DPDK, &args)
 }
 
 /// The largest RX-packets and TX-packets DPDK's per-second port statistics showed. (Its final
@@ -164,7 +164,7 @@ fn poll_our_server_with_dpdk_client_both_directions() {
             let sock = Sock::new(&format!("srv-{size}-{we_send}"));
             let dev = format!("memif0,role=server,socket={},socket-abstract=no", sock.0);
             let s = size.to_string();
-            let ours = Proc::spawn(&[
+            let ours = common::spawn(&[
                 "testpmd",
                 "-l",
                 "0",
@@ -229,7 +229,7 @@ fn poll_dpdk_clients_reach_two_interfaces_on_one_socket_by_id() {
         "memif1,role=server,socket={},socket-abstract=no,id=1,secret=opensesame",
         sock.0
     );
-    let ours = Proc::spawn(&[
+    let ours = common::spawn(&[
         "testpmd",
         "-l",
         "0",
@@ -296,7 +296,7 @@ fn poll_our_client_with_dpdk_server_both_directions() {
             std::thread::sleep(Duration::from_millis(1500));
             let dev = format!("memif0,role=client,socket={},socket-abstract=no", sock.0);
             let s = size.to_string();
-            let out = Proc::spawn(&[
+            let out = common::spawn(&[
                 "testpmd",
                 "-l",
                 "1",
@@ -337,7 +337,7 @@ fn poll_dpdk_zero_copy_client_to_our_server() {
     }
     let sock = Sock::new("zc");
     let dev = format!("memif0,role=server,socket={},socket-abstract=no", sock.0);
-    let ours = Proc::spawn(&[
+    let ours = common::spawn(&[
         "testpmd",
         "-l",
         "0",
@@ -396,7 +396,7 @@ fn round_trip_through_dpdk_macswap(tag: &str, zero_copy: bool, size: &str) {
         "memif0,role=client,socket={},socket-abstract=no,zero-copy={zc}",
         sock.0
     );
-    let out = Proc::spawn(&[
+    let out = common::spawn(&[
         "testpmd",
         "-l",
         "1",

@@ -6,7 +6,6 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Proc;
 use memnic_ethdev::{Port, RxQueue, TxQueue};
 use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mbuf, Mempool, PoolCache, PoolConfig};
@@ -93,7 +92,7 @@ fn kill_ten_times(survivor_role: Role) {
     let floor = s.pool.count() - 64;
     let mut fds_when_down = None;
     for round in 0..10 {
-        let peer = Proc::spawn(&[
+        let peer = common::spawn(&[
             "testpmd",
             "-l",
             "1",

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{json_of, Proc};
+use common::json_of;
 
 fn n(v: &serde_json::Value, k: &str) -> u64 {
     v["ports"][0][k]
@@ -44,7 +44,7 @@ fn poll_client_and_server_copy_and_zero_copy_two_queue_pairs_verified() {
                 "6",
             ];
             sargs.extend_from_slice(&q);
-            let server = Proc::spawn(&sargs);
+            let server = common::spawn(&sargs);
             common::wait_for_path(&sock, Duration::from_secs(20));
             let mut cargs = vec![
                 "testpmd",
@@ -58,7 +58,7 @@ fn poll_client_and_server_copy_and_zero_copy_two_queue_pairs_verified() {
                 "3",
             ];
             cargs.extend_from_slice(&q);
-            let c = Proc::spawn(&cargs).wait(Duration::from_secs(30));
+            let c = common::spawn(&cargs).wait(Duration::from_secs(30));
             let s = server.wait(Duration::from_secs(30));
             assert!(
                 c.status.success() && s.status.success(),
@@ -95,7 +95,7 @@ fn poll_rx_interrupt_sleeps_when_idle_and_wakes_for_traffic() {
     let _ = std::fs::remove_file(&sock);
     let sdev = format!("memif0,role=server,socket={sock}");
     let cdev = format!("memif0,role=client,socket={sock}");
-    let server = Proc::spawn(&[
+    let server = common::spawn(&[
         "testpmd",
         "-l",
         "0",
@@ -110,7 +110,7 @@ fn poll_rx_interrupt_sleeps_when_idle_and_wakes_for_traffic() {
     ]);
     common::wait_for_path(&sock, Duration::from_secs(20));
     // A client that sends nothing for 2.5 s.
-    let idle = Proc::spawn(&[
+    let idle = common::spawn(&[
         "testpmd",
         "-l",
         "1",
@@ -129,7 +129,7 @@ fn poll_rx_interrupt_sleeps_when_idle_and_wakes_for_traffic() {
         "an idle interrupt-mode lcore used {spent:?} of CPU in 2.5 s"
     );
     // Then a client that sends: the sleeping lcore wakes up and receives.
-    let busy = Proc::spawn(&[
+    let busy = common::spawn(&[
         "testpmd",
         "-l",
         "1",

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{memnic, Proc, ShmName};
+use common::{memnic, ShmName};
 
 fn one_sentence_error(args: &[&str], needle: &str) {
     let out = memnic(args);
@@ -30,7 +30,7 @@ fn one_sentence_error(args: &[&str], needle: &str) {
 #[test]
 fn bad_input_is_one_sentence() {
     let host = ShmName::new("badinput");
-    let h = format!("memnic0,path={},role=host", host.0);
+    let h = format!("memnic0,path={},role=host", host.name());
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["--forward-mode".into(), "fast".into()], "unknown forwarding mode 'fast' (available: io, mac"),
         (vec!["-l".into(), "4000".into()], "lcore 0: CPU 4000 is not available to this process"),
@@ -70,12 +70,12 @@ fn bad_input_is_one_sentence() {
     }
     // A guest with no host: the reset times out with a sentence, not a hang.
     let lonely = ShmName::new("lonely");
-    std::fs::write(format!("/dev/shm/{}", lonely.0), vec![0u8; 16 << 20]).unwrap();
+    std::fs::write(lonely.path(), vec![0u8; 16 << 20]).unwrap();
     one_sentence_error(
         &[
             "testpmd",
             "--vdev",
-            &format!("memnic0,path={},role=guest", lonely.0),
+            &format!("memnic0,path={},role=guest", lonely.name()),
         ],
         "not a MEMNIC device",
     );
@@ -119,9 +119,9 @@ fn placement(extra: &[&str]) -> Vec<String> {
         "-l".into(),
         "1,5".into(),
         "--vdev".into(),
-        format!("memnic0,path={},role=host", a.0),
+        format!("memnic0,path={},role=host", a.name()),
         "--vdev".into(),
-        format!("memnic1,path={},role=host", b.0),
+        format!("memnic1,path={},role=host", b.name()),
         "--forward-mode".into(),
         "rxonly".into(),
         "--duration".into(),
@@ -208,14 +208,14 @@ fn poll_placement_follows_testpmd_rules_on_a_two_node_topology() {
 fn poll_interactive_prompt_from_piped_input() {
     let shm = ShmName::new("prompt");
     let script = "show config fwd\nstart\nshow port stats all\nset fwd rxonly\nstop\nset fwd rxonly\nset fwd bogus\nclear port stats all\nstart tx_first\nstop\nquit\n";
-    let p = Proc::spawn_with_stdin(
+    let p = common::spawn_with_stdin(
         &[
             "testpmd",
             "-i",
             "-l",
             "1",
             "--vdev",
-            &format!("memnic0,path={},role=host", shm.0),
+            &format!("memnic0,path={},role=host", shm.name()),
             "--forward-mode",
             "txonly",
         ],
@@ -257,12 +257,12 @@ fn poll_interactive_prompt_from_piped_input() {
 #[test]
 fn poll_sigint_stops_and_prints_totals() {
     let shm = ShmName::new("sigint");
-    let p = Proc::spawn(&[
+    let p = common::spawn(&[
         "testpmd",
         "-l",
         "1",
         "--vdev",
-        &format!("memnic0,path={},role=host", shm.0),
+        &format!("memnic0,path={},role=host", shm.name()),
         "--forward-mode",
         "txonly",
         "--json",
@@ -290,7 +290,7 @@ fn zero_copy_port_gets_a_pool_of_its_own() {
         "--vdev".into(),
         format!("memif0,role=client,socket={sock},zero-copy=yes"),
         "--vdev".into(),
-        format!("memnic0,path={},role=host", host.0),
+        format!("memnic0,path={},role=host", host.name()),
         "--forward-mode".into(),
         "io".into(),
         "--duration".into(),

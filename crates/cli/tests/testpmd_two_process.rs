@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{json_of, Proc, ShmName};
+use common::{json_of, ShmName};
 
 fn port(v: &serde_json::Value) -> &serde_json::Value {
     &v["ports"][0]
@@ -27,14 +27,14 @@ fn assert_clean(p: &serde_json::Value) {
 fn poll_txonly_to_rxonly_both_ways_verified() {
     for (sender, receiver) in [("host", "guest"), ("guest", "host")] {
         let shm = ShmName::new(&format!("pair-{sender}"));
-        let dev = |role: &str| format!("memnic0,path={},role={role}", shm.0);
+        let dev = |role: &str| format!("memnic0,path={},role={role}", shm.name());
         // The host side creates the region, so it starts first and runs longer.
         let (host_mode, guest_mode) = if sender == "host" {
             ("txonly", "rxonly")
         } else {
             ("rxonly", "txonly")
         };
-        let host = Proc::spawn(&[
+        let host = common::spawn(&[
             "testpmd",
             "-l",
             "0",
@@ -47,10 +47,10 @@ fn poll_txonly_to_rxonly_both_ways_verified() {
             "13",
             "--json",
         ]);
-        common::wait_for_path(&format!("/dev/shm/{}", shm.0), Duration::from_secs(20));
+        common::wait_for_path(shm.path().to_str().unwrap(), Duration::from_secs(20));
         // The host sizes the file and writes the header right after creating it.
         std::thread::sleep(Duration::from_millis(300));
-        let guest = Proc::spawn(&[
+        let guest = common::spawn(&[
             "testpmd",
             "-l",
             "1",
@@ -107,8 +107,8 @@ fn poll_txonly_to_rxonly_both_ways_verified() {
 #[test]
 fn poll_guest_macswap_reflects_host_frames() {
     let shm = ShmName::new("reflect");
-    let dev = |role: &str| format!("memnic0,path={},role={role}", shm.0);
-    let host = Proc::spawn(&[
+    let dev = |role: &str| format!("memnic0,path={},role={role}", shm.name());
+    let host = common::spawn(&[
         "testpmd",
         "-l",
         "0",
@@ -123,9 +123,9 @@ fn poll_guest_macswap_reflects_host_frames() {
         "6",
         "--json",
     ]);
-    common::wait_for_path(&format!("/dev/shm/{}", shm.0), Duration::from_secs(20));
+    common::wait_for_path(shm.path().to_str().unwrap(), Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(300));
-    let guest = Proc::spawn(&[
+    let guest = common::spawn(&[
         "testpmd",
         "-l",
         "1",

@@ -7,9 +7,7 @@ use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mempool, PoolConfig};
 
 fn pool() -> Mempool {
-    let mut c = PoolConfig::new("t", 4096);
-    c.huge = false;
-    Mempool::new(&c).unwrap()
+    memnic_test_support::pool("t", 4096, 2048)
 }
 
 #[test]
@@ -37,45 +35,36 @@ fn handshake_connects_both_sides() {
     let _ = std::fs::remove_file(&sock);
 }
 
-/// Frames with a sequence number and a pattern derived from it, any length.
+/// Frame `seq` (the one payload format: memnic-fwd's, through memnic-test-support), any
+/// length from 60 bytes, chained over the pool's buffers when longer than one; the pool may be
+/// one a peer sees, so the frame is copied in.
 fn frame(pool: &mut memnic_pktbuf::PoolCache, seq: u64, len: usize) -> memnic_pktbuf::Mbuf {
-    let mut m = pool.alloc().expect("buffer");
-    assert!(m.set_len(len));
-    let mut d = vec![0u8; len];
-    d[..8].copy_from_slice(&seq.to_le_bytes());
-    for (i, b) in d[8..].iter_mut().enumerate() {
-        *b = (seq as u8).wrapping_add(i as u8).wrapping_mul(7);
-    }
-    assert!(m.copy_in(0, &d)); // the pool may be one a peer sees: no slices into it
-    m
+    memnic_test_support::frame_packet(pool, seq, FLOW, len)
 }
 
 fn check(m: &memnic_pktbuf::Mbuf, expect_seq: u64, len: usize) {
-    let d = m.to_vec();
-    assert_eq!(d.len(), len, "frame {expect_seq}: length");
+    assert_eq!(m.len(), len, "frame {expect_seq}: length");
     assert_eq!(
-        u64::from_le_bytes(d[..8].try_into().unwrap()),
-        expect_seq,
-        "order"
+        m.nb_segs(),
+        len.div_ceil(2048),
+        "frame {expect_seq}: segments of 2 KiB"
     );
-    for (i, b) in d[8..].iter().enumerate() {
-        assert_eq!(
-            *b,
-            (expect_seq as u8).wrapping_add(i as u8).wrapping_mul(7),
-            "frame {expect_seq} byte {i}"
-        );
-    }
+    assert_eq!(
+        memnic_test_support::read_frame(m, FLOW),
+        Ok(expect_seq),
+        "frame {expect_seq}: intact and in order"
+    );
 }
+
+const FLOW: u64 = 7;
 
 fn big_pool() -> Mempool {
-    let mut c = PoolConfig::new("big", 8192);
-    c.huge = false;
-    c.buf_size = 9216 + 128;
-    Mempool::new(&c).unwrap()
+    memnic_test_support::pool("big", 16384, 2048)
 }
 
-/// Both directions, several queue pairs, sizes 60..9000 (chains over 2048-byte buffers):
-/// every frame arrives, in order, intact.
+/// Both directions, several queue pairs, sizes 60..9000 (a 9000-byte frame is one packet of five
+/// 2 KiB segments on both sides, and a chain of 2 KiB memif slots between them): every frame
+/// arrives, in order, intact, as one packet.
 #[test]
 fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     let sock = format!("/tmp/memif-test-data-{}.sock", std::process::id());

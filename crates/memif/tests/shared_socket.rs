@@ -8,12 +8,10 @@ use std::time::Duration;
 
 use memnic_ethdev::{Port, RxQueue, TxQueue};
 use memnic_memif::{MemifConfig, MemifPort, Role};
-use memnic_pktbuf::{Mbuf, Mempool, PoolCache, PoolConfig};
+use memnic_pktbuf::{Mbuf, Mempool, PoolCache};
 
 fn pool() -> Mempool {
-    let mut c = PoolConfig::new("t", 8192);
-    c.huge = false;
-    Mempool::new(&c).unwrap()
+    memnic_test_support::pool("t", 8192, 2048)
 }
 
 fn server(sock: &str, id: u32, secret: Option<&str>) -> MemifPort {
@@ -54,12 +52,10 @@ fn serve(mut servers: Vec<MemifPort>) -> (Arc<AtomicBool>, JoinHandle<Vec<MemifP
     (stop, h)
 }
 
-/// A frame that says which interface sent it.
+/// A frame that says which interface sent it: its flow is the tag.
 fn frame(cache: &mut PoolCache, tag: u8, seq: u8) -> Mbuf {
     let mut m = cache.alloc().unwrap();
-    assert!(m.set_len(64));
-    m.as_mut_slice().unwrap().fill(seq);
-    m.as_mut_slice().unwrap()[0] = tag;
+    memnic_test_support::write_frame(&mut m, seq as u64, tag as u64, 64);
     m
 }
 
@@ -80,7 +76,8 @@ fn recv_tags(rx: &mut dyn RxQueue, cache: &mut PoolCache, n: usize) -> Vec<u8> {
     }
     got.drain(..)
         .map(|m| {
-            let t = m.to_vec()[0];
+            let f = m.to_vec();
+            let t = memnic_test_support::flow_of(&f).expect("a whole frame") as u8;
             cache.free(m);
             t
         })

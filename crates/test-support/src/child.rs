@@ -246,6 +246,13 @@ impl Child {
             if let Ok(st) = c.wait() {
                 self.status.get_or_insert(st);
             }
+            // The readers close the pipes when they see end of file, which follows the exit
+            // unless a grandchild keeps a pipe open: wait a moment for them, never forever (a
+            // test counting its own descriptors must not see the dead child's pipes).
+            let until = Instant::now() + Duration::from_secs(1);
+            while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 }

@@ -23,7 +23,8 @@ use std::sync::{Mutex, MutexGuard};
 pub use child::{find_line, stdin_lines, Child, Stdin};
 pub use harness::{child_name, harness, ENV_CHILD};
 pub use payload::{
-    check, check_flow, fill, frame_len, read_frame, splitmix, write_frame, MAX_FRAME, MIN_FRAME,
+    check, check_flow, fill, flow_of, frame_len, frame_packet, read_frame, splitmix, write_frame,
+    MAX_FRAME, MIN_FRAME,
 };
 pub use stream::{Receiver, Sender};
 

@@ -5,7 +5,7 @@
 
 use memnic_ethdev::MacAddr;
 use memnic_fwd::pkt::{self, HDRS, IP_DST, IP_SRC, MIN_VERIFY_LEN};
-use memnic_pktbuf::Mbuf;
+use memnic_pktbuf::{Mbuf, PoolCache};
 
 /// Lengths the default schedule draws from.
 pub const MIN_FRAME: usize = 60;
@@ -72,4 +72,31 @@ pub fn write_frame(m: &mut Mbuf, seq: u64, flow: u64, len: usize) {
 /// Checks packet `m` (any kind, chained or not) as [`check_flow`].
 pub fn read_frame(m: &Mbuf, flow: u64) -> Result<u64, String> {
     check_flow(&m.to_vec(), flow)
+}
+
+/// The flow a frame says it belongs to, if it passes the payload check.
+pub fn flow_of(frame: &[u8]) -> Option<u16> {
+    pkt::read_payload(frame).map(|p| p.flow)
+}
+
+/// Frame `seq` of `flow`, `len` bytes, as one packet over as many of `cache`'s buffers as it
+/// needs (a chain when `len` is longer than one buffer).
+pub fn frame_packet(cache: &mut PoolCache, seq: u64, flow: u64, len: usize) -> Mbuf {
+    let mut f = vec![0u8; len];
+    fill(&mut f, seq, flow);
+    let mut parts = Vec::new();
+    let mut done = 0;
+    while done < len || parts.is_empty() {
+        let mut m = cache.alloc().expect("pool exhausted");
+        let n = (len - done).min(m.capacity());
+        assert!(m.set_len(n) && m.copy_in(0, &f[done..done + n]));
+        parts.push(m);
+        done += n;
+    }
+    let mut parts = parts.into_iter();
+    let mut head = parts.next().expect("one segment at least");
+    for p in parts {
+        head.chain(p).expect("a short chain");
+    }
+    head
 }
