@@ -307,7 +307,9 @@ impl Stream {
                     self.seq += 1;
                 }
                 if !in_place {
-                    m.copy_in(0, &self.scratch[..len]);
+                    // Only what was written: the headers, or the whole verified frame.
+                    let written = if cfg.verify { len } else { HDRS };
+                    m.copy_in(0, &self.scratch[..written]);
                 }
             }
         }
