@@ -11,13 +11,44 @@
 //!
 //! Contract: every accessor checks `offset + size <= len` (and alignment for atomics) before it
 //! touches memory, so no value a peer writes can make this crate read or write outside a mapping.
+//!
+//! # Peers that shrink their memory
+//!
+//! A peer can `ftruncate` the file behind a mapping we share with it; an access past the new end
+//! then raises SIGBUS, which would kill the whole process. So:
+//!
+//! * what we create is sealed: [`Region::memfd`] adds `F_SEAL_SHRINK`, so nobody can shrink it
+//!   (see there for hugetlb memfds on old kernels);
+//! * every mapping a peer controls is *protected*: a received fd without `F_SEAL_SHRINK`
+//!   ([`Region::from_fd`]) and every named file ([`Region::create_shared`],
+//!   [`Region::open_shared`]: MEMNIC's region file). [`Region::is_peer_controlled`] says which.
+//!   A fault inside a protected mapping is caught by a process-wide SIGBUS handler, which
+//!   replaces the whole mapping with private zero pages and flags it; the access that faulted,
+//!   and all later ones, read zeros (or what this process wrote since) and reach no peer.
+//!   A SIGBUS anywhere else still goes to the previous handler or kills the process as before.
+//!
+//! Drivers poll [`Region::peer_faulted`] (one atomic load) from their control path and drop
+//! the peer with a reason such as "peer shrank its shared memory":
+//!
+//! ```no_run
+//! # fn poll_peer(region: &memnic_shm::Region) -> Result<(), &'static str> {
+//! if region.peer_faulted() {
+//!     return Err("peer shrank its shared memory");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! At most [`MAX_PEER_MAPPINGS`] protected mappings exist at once; one more fails with
+//! [`ShmError::TooManyPeerMappings`].
 
 pub mod cpu;
 pub mod numa;
 mod region;
+mod sigbus;
 pub mod unix;
 
 pub use region::{Backing, Region, HUGE_PAGE_SIZE};
+pub use sigbus::MAX_PEER_MAPPINGS;
 
 /// Errors of this crate: each names the object and what went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +94,8 @@ pub enum ShmError {
         "a received descriptor is {kind}, not an eventfd: the peer passed the wrong kind of file"
     )]
     NotEventFd { kind: String },
+    #[error("cannot map another memory region a peer controls: all {max} slots of the SIGBUS protection are in use (drop the regions of peers that are gone)")]
+    TooManyPeerMappings { max: usize },
 }
 
 pub type Result<T> = std::result::Result<T, ShmError>;
