@@ -96,6 +96,16 @@ pub enum ShmError {
     NotEventFd { kind: String },
     #[error("cannot map another memory region a peer controls: all {max} slots of the SIGBUS protection are in use (drop the regions of peers that are gone)")]
     TooManyPeerMappings { max: usize },
+    #[error("{path} is a symbolic link, and a shared-memory region is never opened through one (it could point anywhere): remove the link or give the real path")]
+    SymlinkRefused { path: String },
+    #[error("{path} already exists and belongs to uid {owner}, not to this process's uid {euid}: another user may have planted it; remove it, or run as its owner")]
+    ForeignOwner { path: String, owner: u32, euid: u32 },
+    #[error("{path} already exists with mode {found:04o}, which lets group or others in beyond the requested {requested:04o}: remove it, or chmod it to {requested:04o}")]
+    ModeTooWide {
+        path: String,
+        found: u32,
+        requested: u32,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, ShmError>;

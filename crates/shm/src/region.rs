@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
@@ -245,23 +245,20 @@ impl Region {
 
     /// Opens the shm object or file `name` (see [`Region::shm_path`]), creating it with `mode` if it
     /// does not exist, and grows it to `len` bytes if it is smaller. Existing content is kept.
+    ///
+    /// The file is created with `O_CREAT | O_EXCL` (never through a symbolic link). Only if it
+    /// already exists is it opened, with `O_NOFOLLOW`, and checked on the opened descriptor (so
+    /// it cannot be swapped after the check): a symbolic link
+    /// ([`ShmError::SymlinkRefused`]), a file owned by another uid ([`ShmError::ForeignOwner`])
+    /// or one whose group/other permissions go beyond `mode` ([`ShmError::ModeTooWide`]) is
+    /// refused. Only the last path component is protected: directories named in `name` are
+    /// trusted.
     pub fn create_shared(name: &str, len: usize, mode: u32) -> Result<Region> {
         if len == 0 {
             return Err(ShmError::Empty);
         }
         let path = Self::shm_path(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(mode)
-            .open(&path)
-            .map_err(|source| ShmError::Io {
-                op: "open or create",
-                what: path.display().to_string(),
-                source,
-            })?;
+        let file = open_or_create_exclusive(&path, mode)?;
         let size = file
             .metadata()
             .map_err(|source| ShmError::Io {
@@ -642,6 +639,80 @@ fn seal_shrink(fd: BorrowedFd<'_>) -> u32 {
     // arguments. Failure (EPERM: created unsealable) is read back below.
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
     seals_of(fd).unwrap_or(0)
+}
+
+/// Creates `path` exclusively, or opens the existing file without following a symbolic link and
+/// checks, on the descriptor, that it is ours and no more open than `mode`.
+fn open_or_create_exclusive(path: &Path, mode: u32) -> Result<File> {
+    let shown = || path.display().to_string();
+    // A file removed between the failed create and the open is created again; a peer that keeps
+    // doing that is met with an error after a few rounds rather than a loop.
+    for _ in 0..8 {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+        {
+            Ok(file) => return Ok(file),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(ShmError::Io {
+                    op: "create",
+                    what: shown(),
+                    source,
+                })
+            }
+        }
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(ShmError::SymlinkRefused { path: shown() })
+            }
+            Err(source) => {
+                return Err(ShmError::Io {
+                    op: "open",
+                    what: shown(),
+                    source,
+                })
+            }
+        };
+        let meta = file.metadata().map_err(|source| ShmError::Io {
+            op: "stat",
+            what: shown(),
+            source,
+        })?;
+        // SAFETY: geteuid has no arguments and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if meta.uid() != euid {
+            return Err(ShmError::ForeignOwner {
+                path: shown(),
+                owner: meta.uid(),
+                euid,
+            });
+        }
+        let found = meta.mode() & 0o7777;
+        if found & 0o077 & !mode != 0 {
+            return Err(ShmError::ModeTooWide {
+                path: shown(),
+                found,
+                requested: mode & 0o7777,
+            });
+        }
+        return Ok(file);
+    }
+    Err(ShmError::Io {
+        op: "create or open",
+        what: shown(),
+        source: io::Error::other("the file kept disappearing between create and open"),
+    })
 }
 
 impl Drop for Region {
