@@ -106,7 +106,7 @@ fn shared_file_truncated_through_another_descriptor_reads_zeros_and_is_flagged()
     let Some(out) = in_child(
         "shared_file_truncated_through_another_descriptor_reads_zeros_and_is_flagged",
         || {
-            let name = format!("memnic-shm-truncated-{}", std::process::id());
+            let name = truncated_file_name(std::os::unix::process::parent_id());
             let path = Region::shm_path(&name);
             let host = Region::create_shared(&name, LEN, 0o600).unwrap();
             let guest = Region::open_shared(&name, LEN).unwrap();
@@ -140,7 +140,14 @@ fn shared_file_truncated_through_another_descriptor_reads_zeros_and_is_flagged()
     ) else {
         return;
     };
+    // Removed here too, in case the child died before it could.
+    let _ = std::fs::remove_file(Region::shm_path(&truncated_file_name(std::process::id())));
     assert_survived(&out);
+}
+
+/// The shm object of the truncation test, named after the parent test process.
+fn truncated_file_name(parent: u32) -> String {
+    format!("memnic-shm-truncated-{parent}")
 }
 
 #[test]
