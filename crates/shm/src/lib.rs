@@ -17,8 +17,9 @@
 //! A peer can `ftruncate` the file behind a mapping we share with it; an access past the new end
 //! then raises SIGBUS, which would kill the whole process. So:
 //!
-//! * what we create is sealed: [`Region::memfd`] adds `F_SEAL_SHRINK`, so nobody can shrink it
-//!   (see there for hugetlb memfds on old kernels);
+//! * what we create is sealed: [`Region::memfd`] adds `F_SEAL_SHRINK` (and `F_SEAL_SEAL`), so
+//!   nobody can shrink it (see there for hugetlb memfds on old kernels);
+//!   [`Region::is_shrink_sealed`] says whether a region's file carries that seal;
 //! * every mapping a peer controls is *protected*: a received fd without `F_SEAL_SHRINK`
 //!   ([`Region::from_fd`]) and every named file ([`Region::create_shared`],
 //!   [`Region::open_shared`]: MEMNIC's region file). [`Region::is_peer_controlled`] says which.

@@ -169,7 +169,9 @@ impl Region {
     ///
     /// The memfd is created with `MFD_ALLOW_SEALING` and sealed with `F_SEAL_SHRINK` (as DPDK
     /// seals memif region 0), so no peer it is passed to can shrink it under our mapping; it
-    /// can still grow. Kernels before 4.16 cannot seal hugetlb memfds: there the hugepage
+    /// can still grow. `F_SEAL_SEAL` closes the set, so a peer cannot add seals of its own
+    /// (`F_SEAL_FUTURE_WRITE` would stop us mapping it writable again), just as an unsealable
+    /// memfd never could. Kernels before 4.16 cannot seal hugetlb memfds: there the hugepage
     /// memfd is created unsealed and the region is protected against SIGBUS instead, like a
     /// peer's ([`Region::is_shrink_sealed`] false, [`Region::is_peer_controlled`] true).
     pub fn memfd(name: &str, len: usize, huge: bool) -> Result<Region> {
@@ -280,6 +282,9 @@ impl Region {
     /// Opens an existing shm object or file (an ivshmem BAR such as
     /// `/sys/bus/pci/devices/0000:00:04.0/resource2`) and maps all of it; it must hold at least
     /// `min_len` bytes.
+    ///
+    /// Whoever else can open the file can also truncate it, so the mapping is protected against
+    /// SIGBUS ([`Region::is_peer_controlled`], [`Region::peer_faulted`]).
     pub fn open_shared(name: &str, min_len: usize) -> Result<Region> {
         let path = Self::shm_path(name);
         let file = OpenOptions::new()
@@ -631,13 +636,20 @@ fn create_memfd(name: &std::ffi::CStr, extra: libc::c_uint) -> io::Result<OwnedF
     }
 }
 
-/// Adds `F_SEAL_SHRINK` to a memfd we created and returns its seals afterwards. A memfd that
+/// Adds `F_SEAL_SHRINK | F_SEAL_SEAL` to a memfd we created and returns its seals afterwards.
+/// A memfd that
 /// cannot be sealed (see [`create_memfd`]) stays unsealed: its seals read back without
 /// `F_SEAL_SHRINK` and the region gets SIGBUS protection instead.
 fn seal_shrink(fd: BorrowedFd<'_>) -> u32 {
     // SAFETY: fcntl(F_ADD_SEALS) on a live descriptor borrowed for the call; no memory
     // arguments. Failure (EPERM: created unsealable) is read back below.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+    unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+        )
+    };
     seals_of(fd).unwrap_or(0)
 }
 

@@ -23,7 +23,26 @@ fn own_memfd_cannot_be_shrunk_by_anyone_holding_its_fd() {
     assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
     let err = truncate(peer.as_fd(), 0).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
-    assert_eq!(std::fs::File::from(peer).metadata().unwrap().len(), 1 << 16);
+    // Nor can it add seals of its own (F_SEAL_SEAL closes the set).
+    assert_ne!(
+        seals(fd).unwrap() & libc::F_SEAL_SEAL,
+        0,
+        "F_SEAL_SEAL is set"
+    );
+    // SAFETY: fcntl(F_ADD_SEALS) on a live descriptor; no memory arguments.
+    let rc = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&peer),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_FUTURE_WRITE,
+        )
+    };
+    assert_eq!(rc, -1, "a peer cannot add F_SEAL_FUTURE_WRITE");
+    // Growing stays possible, and a mapping of the new size works.
+    truncate(peer.as_fd(), 1 << 17).unwrap();
+    let bigger = Region::from_fd(dup(peer.as_fd()), 1 << 17).unwrap();
+    assert!(bigger.is_shrink_sealed());
+    assert_eq!(std::fs::File::from(peer).metadata().unwrap().len(), 1 << 17);
     assert!(r.is_shrink_sealed());
     assert!(
         !r.is_peer_controlled(),
