@@ -11,14 +11,46 @@
 //!
 //! Contract: every accessor checks `offset + size <= len` (and alignment for atomics) before it
 //! touches memory, so no value a peer writes can make this crate read or write outside a mapping.
+//!
+//! # Peers that shrink their memory
+//!
+//! A peer can `ftruncate` the file behind a mapping we share with it; an access past the new end
+//! then raises SIGBUS, which would kill the whole process. So:
+//!
+//! * what we create is sealed: [`Region::memfd`] adds `F_SEAL_SHRINK` (and `F_SEAL_SEAL`), so
+//!   nobody can shrink it (see there for hugetlb memfds on old kernels);
+//!   [`Region::is_shrink_sealed`] says whether a region's file carries that seal;
+//! * every mapping a peer controls is *protected*: a received fd without `F_SEAL_SHRINK`
+//!   ([`Region::from_fd`]) and every named file ([`Region::create_shared`],
+//!   [`Region::open_shared`]: MEMNIC's region file). [`Region::is_peer_controlled`] says which.
+//!   A fault inside a protected mapping is caught by a process-wide SIGBUS handler, which
+//!   replaces the whole mapping with private zero pages and flags it; the access that faulted,
+//!   and all later ones, read zeros (or what this process wrote since) and reach no peer.
+//!   A SIGBUS anywhere else still goes to the previous handler or kills the process as before.
+//!
+//! Drivers poll [`Region::peer_faulted`] (one atomic load) from their control path and drop
+//! the peer with a reason such as "peer shrank its shared memory":
+//!
+//! ```no_run
+//! # fn poll_peer(region: &memnic_shm::Region) -> Result<(), &'static str> {
+//! if region.peer_faulted() {
+//!     return Err("peer shrank its shared memory");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! At most [`MAX_PEER_MAPPINGS`] protected mappings exist at once; one more fails with
+//! [`ShmError::TooManyPeerMappings`].
 
 pub mod cpu;
 pub mod numa;
 mod region;
+mod sigbus;
 pub mod unix;
 mod volatile;
 
 pub use region::{Backing, Region, HUGE_PAGE_SIZE};
+pub use sigbus::MAX_PEER_MAPPINGS;
 pub use volatile::VolatileSlice;
 
 /// Errors of this crate: each names the object and what went wrong.
@@ -65,6 +97,18 @@ pub enum ShmError {
         "a received descriptor is {kind}, not an eventfd: the peer passed the wrong kind of file"
     )]
     NotEventFd { kind: String },
+    #[error("cannot map another memory region a peer controls: all {max} slots of the SIGBUS protection are in use (drop the regions of peers that are gone)")]
+    TooManyPeerMappings { max: usize },
+    #[error("{path} is a symbolic link, and a shared-memory region is never opened through one (it could point anywhere): remove the link or give the real path")]
+    SymlinkRefused { path: String },
+    #[error("{path} already exists and belongs to uid {owner}, not to this process's uid {euid}: another user may have planted it; remove it, or run as its owner")]
+    ForeignOwner { path: String, owner: u32, euid: u32 },
+    #[error("{path} already exists with mode {found:04o}, which lets group or others in beyond the requested {requested:04o}: remove it, or chmod it to {requested:04o}")]
+    ModeTooWide {
+        path: String,
+        found: u32,
+        requested: u32,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, ShmError>;

@@ -2,12 +2,14 @@
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
 
+use crate::sigbus::{self, Registration};
 use crate::{Result, ShmError};
 
 /// Size of the hugepages the crate asks for.
@@ -29,13 +31,23 @@ pub enum Backing {
 /// The memory may be written by another process at any moment, so the region never hands out
 /// references to plain data: only atomics (valid for any value and for concurrent writers) and
 /// copies into or out of private buffers, each checked against the mapping's length.
+///
+/// A mapping a peer can shrink ([`is_peer_controlled`](Self::is_peer_controlled)) is protected
+/// against SIGBUS: see [`peer_faulted`](Self::peer_faulted) and the crate docs.
 #[derive(Debug)]
 pub struct Region {
     base: NonNull<u8>,
     len: usize,
+    /// Bytes the kernel mapped from `base`: `len` rounded up to whole pages of the backing
+    /// (2 MiB or more on hugetlbfs).
+    extent: usize,
     huge: bool,
     backing: Backing,
     fd: Option<OwnedFd>,
+    /// The file's seals (`F_GET_SEALS`) when it was mapped; 0 for files that have none.
+    seals: u32,
+    /// Present when a peer can shrink the memory: its entry in the SIGBUS registry.
+    registration: Option<Registration>,
 }
 
 // SAFETY: a Region is a pointer to a mapping that lives until drop; all access goes through
@@ -44,12 +56,40 @@ unsafe impl Send for Region {}
 // SAFETY: as above; &Region only allows atomic accesses and racy-but-bounded copies.
 unsafe impl Sync for Region {}
 
-fn io_err(op: &'static str, what: impl Into<String>) -> ShmError {
-    ShmError::Io {
-        op,
-        what: what.into(),
-        source: std::io::Error::last_os_error(),
+/// The seals of `fd` (`F_GET_SEALS`): 0 for a file that cannot have any (EINVAL: not a memfd
+/// or shmem/hugetlbfs file).
+fn seals_of(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    // SAFETY: fcntl(F_GET_SEALS) on a live descriptor borrowed for the call; no memory arguments.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if r >= 0 {
+        return Ok(r as u32);
     }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL) => Ok(0),
+        _ => Err(e),
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory arguments.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096).max(1)
+}
+
+/// How many bytes the kernel maps for `len` bytes of `fd`: whole pages, and whole hugepages on
+/// hugetlbfs (whose mmap rounds the length up; the SIGBUS handler must replace exactly that).
+fn extent_of(fd: BorrowedFd<'_>, len: usize) -> usize {
+    let mut granule = page_size();
+    // SAFETY: statfs is plain data; all-zero is a valid value for fstatfs to overwrite.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a live statfs the kernel writes; fd is borrowed for the call.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } == 0
+        && st.f_type as u32 == libc::HUGETLBFS_MAGIC as u32
+    {
+        granule = granule.max(usize::try_from(st.f_bsize).unwrap_or(HUGE_PAGE_SIZE));
+    }
+    len.next_multiple_of(granule)
 }
 
 /// Maps `len` bytes of `fd` (or anonymous memory when `fd` is None) read-write.
@@ -83,13 +123,7 @@ impl Region {
         if huge {
             let hlen = len.next_multiple_of(HUGE_PAGE_SIZE);
             if let Ok(base) = map(None, hlen, anon | libc::MAP_HUGETLB) {
-                return Ok(Region {
-                    base,
-                    len: hlen,
-                    huge: true,
-                    backing: Backing::Private,
-                    fd: None,
-                });
+                return Region::new(base, hlen, hlen, true, Backing::Private, None, 0);
             }
         }
         let base = map(None, len, anon).map_err(|source| ShmError::Io {
@@ -97,17 +131,49 @@ impl Region {
             what: format!("{len} bytes of private memory"),
             source,
         })?;
-        Ok(Region {
+        Region::new(base, len, len, false, Backing::Private, None, 0)
+    }
+
+    /// Builds the region over a fresh mapping and, when a peer can shrink the memory behind it
+    /// (shared, without `F_SEAL_SHRINK`), registers it for SIGBUS protection. On error the
+    /// mapping is unmapped.
+    fn new(
+        base: NonNull<u8>,
+        len: usize,
+        extent: usize,
+        huge: bool,
+        backing: Backing,
+        fd: Option<OwnedFd>,
+        seals: u32,
+    ) -> Result<Region> {
+        let peer_controlled =
+            backing != Backing::Private && seals & libc::F_SEAL_SHRINK as u32 == 0;
+        let mut region = Region {
             base,
             len,
-            huge: false,
-            backing: Backing::Private,
-            fd: None,
-        })
+            extent,
+            huge,
+            backing,
+            fd,
+            seals,
+            registration: None,
+        };
+        if peer_controlled {
+            region.registration = Some(sigbus::register(region.addr(), extent)?);
+        }
+        Ok(region)
     }
 
     /// An anonymous memfd of `len` bytes (hugepages as for [`Region::private`]); its fd can be
     /// passed to a peer with SCM_RIGHTS.
+    ///
+    /// The memfd is created with `MFD_ALLOW_SEALING` and sealed with `F_SEAL_SHRINK` (as DPDK
+    /// seals memif region 0), so no peer it is passed to can shrink it under our mapping; it
+    /// can still grow. `F_SEAL_SEAL` closes the set, so a peer cannot add seals of its own
+    /// (`F_SEAL_FUTURE_WRITE` would stop us mapping it writable again), just as an unsealable
+    /// memfd never could. Kernels before 4.16 cannot seal hugetlb memfds: there the hugepage
+    /// memfd is created unsealed and the region is protected against SIGBUS instead, like a
+    /// peer's ([`Region::is_shrink_sealed`] false, [`Region::is_peer_controlled`] true).
     pub fn memfd(name: &str, len: usize, huge: bool) -> Result<Region> {
         if len == 0 {
             return Err(ShmError::Empty);
@@ -124,14 +190,17 @@ impl Region {
         let mut last = None;
         for &(extra, page) in attempts {
             let flen = len.next_multiple_of(page);
-            // SAFETY: memfd_create takes a valid NUL-terminated name and returns a new fd or -1.
-            let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | extra) };
-            if raw < 0 {
-                last = Some(io_err("create memfd", name));
-                continue;
-            }
-            // SAFETY: raw is a freshly created fd that nothing else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let fd = match create_memfd(&cname, extra) {
+                Ok(fd) => fd,
+                Err(source) => {
+                    last = Some(ShmError::Io {
+                        op: "create memfd",
+                        what: name.into(),
+                        source,
+                    });
+                    continue;
+                }
+            };
             let file = File::from(fd);
             if let Err(source) = file.set_len(flen as u64) {
                 last = Some(ShmError::Io {
@@ -141,15 +210,19 @@ impl Region {
                 });
                 continue;
             }
+            let seals = seal_shrink(file.as_fd());
             match map(Some(file.as_fd()), flen, libc::MAP_SHARED) {
                 Ok(base) => {
-                    return Ok(Region {
+                    let extent = flen.next_multiple_of(page.max(page_size()));
+                    return Region::new(
                         base,
-                        len: flen,
-                        huge: extra != 0,
-                        backing: Backing::Memfd,
-                        fd: Some(file.into()),
-                    })
+                        flen,
+                        extent,
+                        extra != 0,
+                        Backing::Memfd,
+                        Some(file.into()),
+                        seals,
+                    );
                 }
                 Err(source) => {
                     last = Some(ShmError::Io {
@@ -174,23 +247,20 @@ impl Region {
 
     /// Opens the shm object or file `name` (see [`Region::shm_path`]), creating it with `mode` if it
     /// does not exist, and grows it to `len` bytes if it is smaller. Existing content is kept.
+    ///
+    /// The file is created with `O_CREAT | O_EXCL` (never through a symbolic link). Only if it
+    /// already exists is it opened, with `O_NOFOLLOW`, and checked on the opened descriptor (so
+    /// it cannot be swapped after the check): a symbolic link
+    /// ([`ShmError::SymlinkRefused`]), a file owned by another uid ([`ShmError::ForeignOwner`])
+    /// or one whose group/other permissions go beyond `mode` ([`ShmError::ModeTooWide`]) is
+    /// refused. Only the last path component is protected: directories named in `name` are
+    /// trusted.
     pub fn create_shared(name: &str, len: usize, mode: u32) -> Result<Region> {
         if len == 0 {
             return Err(ShmError::Empty);
         }
         let path = Self::shm_path(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(mode)
-            .open(&path)
-            .map_err(|source| ShmError::Io {
-                op: "open or create",
-                what: path.display().to_string(),
-                source,
-            })?;
+        let file = open_or_create_exclusive(&path, mode)?;
         let size = file
             .metadata()
             .map_err(|source| ShmError::Io {
@@ -212,6 +282,9 @@ impl Region {
     /// Opens an existing shm object or file (an ivshmem BAR such as
     /// `/sys/bus/pci/devices/0000:00:04.0/resource2`) and maps all of it; it must hold at least
     /// `min_len` bytes.
+    ///
+    /// Whoever else can open the file can also truncate it, so the mapping is protected against
+    /// SIGBUS ([`Region::is_peer_controlled`], [`Region::peer_faulted`]).
     pub fn open_shared(name: &str, min_len: usize) -> Result<Region> {
         let path = Self::shm_path(name);
         let file = OpenOptions::new()
@@ -246,7 +319,14 @@ impl Region {
         Self::map_file(file, path, len)
     }
 
+    /// Maps a named file. Another process can always truncate such a file, so unless it is
+    /// sealed against shrinking the mapping is protected against SIGBUS.
     fn map_file(file: File, path: PathBuf, len: usize) -> Result<Region> {
+        let seals = seals_of(file.as_fd()).map_err(|source| ShmError::Io {
+            op: "read the seals of",
+            what: path.display().to_string(),
+            source,
+        })?;
         let base =
             map(Some(file.as_fd()), len, libc::MAP_SHARED).map_err(|source| ShmError::Io {
                 op: "map",
@@ -255,21 +335,37 @@ impl Region {
             })?;
         // hugetlbfs files are the only files mapped with hugepages here.
         let huge = path.starts_with("/dev/hugepages");
-        Ok(Region {
+        let extent = extent_of(file.as_fd(), len);
+        Region::new(
             base,
             len,
+            extent,
             huge,
-            backing: Backing::File(path),
-            fd: Some(file.into()),
-        })
+            Backing::File(path),
+            Some(file.into()),
+            seals,
+        )
     }
 
     /// Maps `len` bytes of a shared-memory fd received from a peer (memif regions).
+    ///
+    /// Its seals are read first (`F_GET_SEALS`; a file that cannot be sealed has none). Sealed
+    /// with `F_SEAL_SHRINK` ([`Region::is_shrink_sealed`]), it can never become smaller than
+    /// the size checked here. Without that seal (DPDK's zero-copy client sends its unsealed EAL
+    /// memory) the peer can shrink it at any time, so the mapping is protected against SIGBUS
+    /// ([`Region::is_peer_controlled`], [`Region::peer_faulted`]).
     pub fn from_fd(fd: OwnedFd, len: usize) -> Result<Region> {
         if len == 0 {
             return Err(ShmError::Empty);
         }
         let file = File::from(fd);
+        // Seals before size: seals are never removed, so with F_SEAL_SHRINK set the size read
+        // next is a floor for as long as the mapping lives.
+        let seals = seals_of(file.as_fd()).map_err(|source| ShmError::Io {
+            op: "read the seals of",
+            what: "received fd".into(),
+            source,
+        })?;
         let size = file
             .metadata()
             .map_err(|source| ShmError::Io {
@@ -291,13 +387,16 @@ impl Region {
                 what: "received fd".into(),
                 source,
             })?;
-        Ok(Region {
+        let extent = extent_of(file.as_fd(), len);
+        Region::new(
             base,
             len,
-            huge: false,
-            backing: Backing::Memfd,
-            fd: Some(file.into()),
-        })
+            extent,
+            false,
+            Backing::Memfd,
+            Some(file.into()),
+            seals,
+        )
     }
 
     /// Length of the mapping in bytes.
@@ -317,6 +416,36 @@ impl Region {
 
     pub fn backing(&self) -> &Backing {
         &self.backing
+    }
+
+    /// Whether the file behind the mapping is sealed against shrinking (`F_SEAL_SHRINK`, read
+    /// when it was mapped; seals are never removed). Our own memfds are; a received fd is when
+    /// the peer sealed it; private memory and plain files are not.
+    pub fn is_shrink_sealed(&self) -> bool {
+        self.seals & libc::F_SEAL_SHRINK as u32 != 0
+    }
+
+    /// Whether a peer can shrink the memory behind this mapping (a received fd or an own hugetlb
+    /// memfd without `F_SEAL_SHRINK`, any named file), so that it is protected against SIGBUS
+    /// and [`peer_faulted`](Self::peer_faulted) can become true.
+    pub fn is_peer_controlled(&self) -> bool {
+        self.registration.is_some()
+    }
+
+    /// Whether an access to this mapping faulted because the memory behind it was shrunk
+    /// (a peer truncated its memfd or the region file): one atomic load, cheap enough for a
+    /// control path to poll.
+    ///
+    /// From the fault on, the whole mapping is private zero-filled memory: reads give zeros (or
+    /// what this process wrote there since), writes reach no one, and no access faults again.
+    /// The peer is broken: drop it, with a reason such as "peer shrank its shared memory".
+    /// Always false for a region that is not [peer-controlled](Self::is_peer_controlled). It
+    /// turns true at the first faulting access, not at the truncation itself.
+    #[inline]
+    pub fn peer_faulted(&self) -> bool {
+        self.registration
+            .as_ref()
+            .is_some_and(Registration::faulted)
     }
 
     /// The fd behind the mapping (memfd or file), to pass to a peer.
@@ -487,11 +616,125 @@ fn out_of_bounds(e: ShmError) -> ! {
     panic!("memnic-shm: program-computed offset out of range: {e}")
 }
 
+/// A new close-on-exec memfd, sealable when the kernel allows it: kernels before 4.16 refuse
+/// `MFD_HUGETLB | MFD_ALLOW_SEALING` with EINVAL, and then the memfd is created unsealable.
+fn create_memfd(name: &std::ffi::CStr, extra: libc::c_uint) -> io::Result<OwnedFd> {
+    let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | extra;
+    loop {
+        // SAFETY: memfd_create takes a valid NUL-terminated name and returns a new fd or -1.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), flags) };
+        if raw >= 0 {
+            // SAFETY: raw is a freshly created fd that nothing else owns.
+            return Ok(unsafe { OwnedFd::from_raw_fd(raw) });
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINVAL) && flags & libc::MFD_ALLOW_SEALING != 0 {
+            flags &= !libc::MFD_ALLOW_SEALING;
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// Adds `F_SEAL_SHRINK | F_SEAL_SEAL` to a memfd we created and returns its seals afterwards.
+/// A memfd that
+/// cannot be sealed (see [`create_memfd`]) stays unsealed: its seals read back without
+/// `F_SEAL_SHRINK` and the region gets SIGBUS protection instead.
+fn seal_shrink(fd: BorrowedFd<'_>) -> u32 {
+    // SAFETY: fcntl(F_ADD_SEALS) on a live descriptor borrowed for the call; no memory
+    // arguments. Failure (EPERM: created unsealable) is read back below.
+    unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+        )
+    };
+    seals_of(fd).unwrap_or(0)
+}
+
+/// Creates `path` exclusively, or opens the existing file without following a symbolic link and
+/// checks, on the descriptor, that it is ours and no more open than `mode`.
+fn open_or_create_exclusive(path: &Path, mode: u32) -> Result<File> {
+    let shown = || path.display().to_string();
+    // A file removed between the failed create and the open is created again; a peer that keeps
+    // doing that is met with an error after a few rounds rather than a loop.
+    for _ in 0..8 {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+        {
+            Ok(file) => return Ok(file),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(ShmError::Io {
+                    op: "create",
+                    what: shown(),
+                    source,
+                })
+            }
+        }
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(ShmError::SymlinkRefused { path: shown() })
+            }
+            Err(source) => {
+                return Err(ShmError::Io {
+                    op: "open",
+                    what: shown(),
+                    source,
+                })
+            }
+        };
+        let meta = file.metadata().map_err(|source| ShmError::Io {
+            op: "stat",
+            what: shown(),
+            source,
+        })?;
+        // SAFETY: geteuid has no arguments and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if meta.uid() != euid {
+            return Err(ShmError::ForeignOwner {
+                path: shown(),
+                owner: meta.uid(),
+                euid,
+            });
+        }
+        let found = meta.mode() & 0o7777;
+        if found & 0o077 & !mode != 0 {
+            return Err(ShmError::ModeTooWide {
+                path: shown(),
+                found,
+                requested: mode & 0o7777,
+            });
+        }
+        return Ok(file);
+    }
+    Err(ShmError::Io {
+        op: "create or open",
+        what: shown(),
+        source: io::Error::other("the file kept disappearing between create and open"),
+    })
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: base/len describe a mapping this Region created and still owns; atomics handed
-        // out borrow &self, so none outlive the unmapping.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        // Unregister before unmapping: once unmapped, the range may be reused by a mapping that
+        // is not ours, whose genuine SIGBUS a stale entry would paper over (sigbus module docs).
+        drop(self.registration.take());
+        // SAFETY: base/extent describe a mapping this Region created and still owns; atomics
+        // handed out borrow &self, so none outlive the unmapping.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.extent) };
     }
 }
 

@@ -1,0 +1,102 @@
+//! Control-channel plumbing for memif: AF_UNIX `SOCK_SEQPACKET` sockets that carry file
+//! descriptors (SCM_RIGHTS), eventfds, and a `poll` over several descriptors.
+//!
+//! * [`SocketAddrSpec`]: a filesystem path or a Linux abstract name (memif's
+//!   `socket-abstract=yes`), turned into a `sockaddr_un` of exactly the length DPDK uses.
+//! * [`SeqpacketListener`] / [`SeqpacketConn`]: bind, accept, connect, and message-at-a-time
+//!   [`send`](SeqpacketConn::send) / [`recv`](SeqpacketConn::recv) with descriptors attached.
+//! * [`EventFd`]: memif's per-ring interrupt line.
+//! * [`poll`] with [`PollFd`]: wait for any of several descriptors, with a timeout.
+//!
+//! Every descriptor is created close-on-exec (`SOCK_CLOEXEC`, `MSG_CMSG_CLOEXEC`, `EFD_CLOEXEC`)
+//! and is owned by an [`OwnedFd`], so it is closed on drop.
+//!
+//! Descriptor safety on receive: the peer decides how many descriptors it attaches, not us.
+//! [`SeqpacketConn::recv`] offers the kernel a bounded control buffer; the kernel installs what
+//! fits, closes the rest itself and reports `MSG_CTRUNC`. Each installed descriptor is wrapped in
+//! an `OwnedFd` before anything else looks at the message, those over [`MAX_RECV_FDS`] are closed
+//! and the message is flagged as truncated, so a message the caller
+//! rejects (wrong size, unexpected or surplus descriptors) leaks nothing: dropping the
+//! [`Received`] closes them.
+
+mod addr;
+mod eventfd;
+mod poll;
+mod socket;
+
+pub use addr::SocketAddrSpec;
+pub use eventfd::EventFd;
+pub use poll::{poll, PollFd, Ready};
+pub use socket::{
+    PeerCred, Received, SeqpacketConn, SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS,
+};
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::{Result, ShmError};
+
+fn os_err(op: &'static str, what: impl Into<String>, source: io::Error) -> ShmError {
+    ShmError::Io {
+        op,
+        what: what.into(),
+        source,
+    }
+}
+
+/// Takes ownership of a descriptor the kernel just returned (checked for `-1` by the caller).
+fn owned(raw: RawFd) -> OwnedFd {
+    debug_assert!(raw >= 0);
+    // SAFETY: every caller passes a descriptor freshly created for this process by a successful
+    // system call (socket, accept4, eventfd, socketpair, or installed by recvmsg); nothing else
+    // owns it, so exactly one OwnedFd will close it.
+    unsafe { OwnedFd::from_raw_fd(raw) }
+}
+
+fn set_nonblocking_fd(fd: BorrowedFd<'_>, on: bool, what: &str) -> Result<()> {
+    // SAFETY: fcntl(F_GETFL) on a live descriptor borrowed for the call; no memory arguments.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(os_err(
+            "read the flags of",
+            what,
+            io::Error::last_os_error(),
+        ));
+    }
+    let new = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    if new == flags {
+        return Ok(());
+    }
+    // SAFETY: fcntl(F_SETFL) on a live descriptor borrowed for the call; no memory arguments.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, new) } < 0 {
+        return Err(os_err(
+            "set O_NONBLOCK on",
+            what,
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+fn is_nonblocking(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: fcntl(F_GETFL) on a live descriptor borrowed for the call; no memory arguments.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
+
+/// A name no other test of this process (or a concurrent test process) uses.
+#[cfg(test)]
+fn unique(tag: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Relaxed: only uniqueness of the counter value matters, no other memory is published.
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "memnic-shm-test-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
