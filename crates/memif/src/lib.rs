@@ -16,7 +16,7 @@ pub mod queue;
 pub mod ring;
 mod socket;
 
-pub use port::{MemifConfig, MemifError, MemifPort, DRIVER};
+pub use port::{MemifConfig, MemifError, MemifPort, DRIVER, PEER_SHRANK};
 pub use queue::Role;
 
 pub use msg::{

@@ -127,6 +127,9 @@ impl From<String> for Refusal {
     }
 }
 
+/// The DISCONNECT reason when a peer shrank the memory it shared with us.
+pub const PEER_SHRANK: &str = "Peer shrank its shared memory";
+
 /// A live connection: the socket and what the queues use.
 struct Session {
     conn: Option<SeqpacketConn>,
@@ -357,6 +360,19 @@ impl MemifPort {
         self.disconnect(&reason, true);
     }
 
+    /// Whether the peer shrank a region of the live connection under us (every queue's
+    /// connection shares the same regions; ours are sealed, so only a peer's can fault).
+    fn peer_memory_faulted(&self) -> bool {
+        let Phase::Connected(s) = &self.phase else {
+            return false;
+        };
+        s.rx.iter()
+            .chain(&s.tx)
+            .flatten()
+            .next()
+            .is_some_and(|c| c.regions.0.iter().any(|r| r.peer_faulted()))
+    }
+
     fn disconnect(&mut self, reason: &str, tell_peer: bool) {
         let phase = std::mem::replace(&mut self.phase, Phase::Listening);
         let conn = match phase {
@@ -435,10 +451,6 @@ impl MemifPort {
 }
 
 impl Port for MemifPort {
-    fn needs_own_shared_pool(&self) -> bool {
-        self.cfg.zero_copy
-    }
-
     fn info(&self) -> PortInfo {
         PortInfo {
             driver: "net_memif",
@@ -503,7 +515,12 @@ impl Port for MemifPort {
 
     /// The control channel: accept or connect, run the handshake, notice the peer leaving.
     fn service(&mut self) {
-        if let Some(why) = self.broken.take() {
+        let broken = self.broken.take();
+        if self.peer_memory_faulted() {
+            // The peer shrank a region it gave us: shm's SIGBUS guard put zero pages in its
+            // place (what a queue read from it since is garbage, and may have flagged `broken`).
+            self.disconnect(PEER_SHRANK, true);
+        } else if let Some(why) = broken {
             self.disconnect(why, true);
         }
         match &self.phase {
@@ -520,6 +537,10 @@ impl Port for MemifPort {
         }
         self.pump();
         self.expire_handshake();
+    }
+
+    fn needs_own_shared_pool(&self) -> bool {
+        self.cfg.zero_copy
     }
 
     fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {
