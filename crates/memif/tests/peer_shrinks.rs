@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memnic_ethdev::{Port, RxQueue};
+use memnic_ethdev::Port;
 use memnic_memif::msg::Msg;
 use memnic_memif::ring::{ring_bytes, Desc, Ring};
 use memnic_memif::{MemifConfig, MemifPort, Role, PEER_SHRANK};
