@@ -49,7 +49,12 @@ fn poll_server_drops_a_client_that_shrinks_its_region_and_serves_the_next() {
     assert!(server.is_connected(), "{:?}", server.last_reason);
 
     // Four frames on the C2S ring, as a client would put them.
-    let c2s = Ring::new(Arc::new(Region::open_shared(shm.name(), len).unwrap()), 0, 4).unwrap();
+    let c2s = Ring::new(
+        Arc::new(Region::open_shared(shm.name(), len).unwrap()),
+        0,
+        4,
+    )
+    .unwrap();
     let bufs = 2 * ring_bytes(4);
     let mut cache = pool.cache();
     for seq in 0..4u16 {

@@ -52,30 +52,35 @@ pub fn init_region(region: &Region, frame_size_feature: bool) -> Result<MacAddr,
     let fresh = region.u32(HDR_MAGIC).load(Acquire) != MAGIC
         || region.u32(HDR_VERSION).load(Relaxed) != VERSION_1;
     if fresh {
-        region
-            .fill(HEADER_OFF, HDR_SIZE, 0)
-            .expect("header inside region");
         let mut mac = rand::random::<u64>().to_le_bytes();
         mac[0] = (mac[0] & !1) | 2; // unicast, locally administered
-        region
-            .write_bytes(HDR_MAC, &mac[..6])
-            .expect("header inside region");
-        region.u32(HDR_FRAMESZ).store(MAX_FRAME_LEN, Relaxed);
-        region.u32(HDR_VERSION).store(VERSION_1, Relaxed);
-        // Release: a guest that sees the magic (Acquire) sees the rest of the header.
-        region.u32(HDR_MAGIC).store(MAGIC, Release);
-        region
-            .fill(UP_INFO_OFF, INFO_SIZE, 0)
-            .expect("info inside region");
-        region
-            .fill(DOWN_INFO_OFF, INFO_SIZE, 0)
-            .expect("info inside region");
+        write_header(region, MacAddr(mac[..6].try_into().expect("6 bytes")));
     }
     // Relaxed: the features word is read by the guest after it sees valid (Release below later).
     region.u32(HDR_FEATURES).store(features, Relaxed);
     region.u32(HDR_VALID).store(0, Release);
     sweep(region);
     Ok(read_mac(region))
+}
+
+/// Lays out a fresh v1 header with `mac` and empty ring info (not valid yet).
+fn write_header(region: &Region, mac: MacAddr) {
+    region
+        .fill(HEADER_OFF, HDR_SIZE, 0)
+        .expect("header inside region");
+    region
+        .write_bytes(HDR_MAC, &mac.0)
+        .expect("header inside region");
+    region.u32(HDR_FRAMESZ).store(MAX_FRAME_LEN, Relaxed);
+    region.u32(HDR_VERSION).store(VERSION_1, Relaxed);
+    // Release: a guest that sees the magic (Acquire) sees the rest of the header.
+    region.u32(HDR_MAGIC).store(MAGIC, Release);
+    region
+        .fill(UP_INFO_OFF, INFO_SIZE, 0)
+        .expect("info inside region");
+    region
+        .fill(DOWN_INFO_OFF, INFO_SIZE, 0)
+        .expect("info inside region");
 }
 
 /// The MAC address in the header.
@@ -153,6 +158,8 @@ struct HostShared {
     /// FILLED `down` slots thrown away by resets (sent by the guest, never received by us).
     down_discards: AtomicU64,
     resets: AtomicU64,
+    /// Times the region file was cut under us and laid out anew.
+    shrinks: AtomicU64,
 }
 
 #[repr(align(64))]
@@ -166,7 +173,13 @@ pub struct HostPort {
     rx_taken: bool,
     rx_cells: Vec<Arc<StatsCell>>,
     tx_cells: Vec<Arc<StatsCell>>,
+    /// Why the link last went down on our side, if it did (a region cut under us).
+    pub last_reason: Option<String>,
 }
+
+/// Why the host dropped its guest when the region file was cut under it.
+pub const REGION_SHRUNK: &str =
+    "the region file was shrunk under the host (by the guest or another process): laid out anew, waiting for the next guest";
 
 impl HostPort {
     /// Creates (or re-opens, keeping the MAC) the region named in `cfg`.
@@ -192,6 +205,7 @@ impl HostPort {
             reset_discards: AtomicU64::new(0),
             down_discards: AtomicU64::new(0),
             resets: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
         });
         Ok(HostPort {
             name: name.to_string(),
@@ -200,7 +214,44 @@ impl HostPort {
             rx_taken: false,
             rx_cells: Vec::new(),
             tx_cells: Vec::new(),
+            last_reason: None,
         })
+    }
+
+    /// Times the region file was cut under us and laid out anew.
+    pub fn shrinks(&self) -> u64 {
+        self.shared.shrinks.load(Relaxed)
+    }
+
+    /// The region was cut under us (shm's SIGBUS guard put zero pages in its place, so the
+    /// guest is gone): with every queue out of its burst, map the file again, grown back, and
+    /// lay out a fresh header with our MAC for the next guest.
+    #[cold]
+    fn recover_from_shrink(&mut self) {
+        let sh = &self.shared;
+        let mac = self.mac;
+        let done = sh.gate.reset(None, Duration::from_secs(1), || {
+            let r = sh.region.restore_after_fault();
+            if r.is_ok() {
+                write_header(&sh.region, mac);
+                let features = if sh.frame_size_feature { FEAT_ALL } else { 0 };
+                // Relaxed: queues are out of their bursts; the gate's Release publishes these,
+                // and a guest reads them only after valid (set by the reset it asks for).
+                sh.region.u32(HDR_FEATURES).store(features, Relaxed);
+                sh.region.u32(HDR_VALID).store(0, Release);
+                sh.up_head.0.store(0, Relaxed);
+                sh.framesz.store(MAX_FRAME_LEN, Relaxed);
+                sh.shrinks.fetch_add(1, Relaxed);
+            }
+            Some(r)
+        });
+        self.last_reason = Some(match done {
+            Some(Ok(())) => REGION_SHRUNK.to_string(),
+            Some(Err(e)) => {
+                format!("the region file was shrunk under the host and cannot be restored: {e}")
+            }
+            None => return, // a queue stayed in its burst: try again at the next service
+        });
     }
 
     pub fn region(&self) -> &Arc<Region> {
@@ -293,6 +344,10 @@ impl Port for HostPort {
     /// Serves the guest's resets from the control thread while no lcore polls the rx queue
     /// (txonly forwarding); otherwise the rx queue serves them.
     fn service(&mut self) {
+        if self.shared.region.peer_faulted() {
+            self.recover_from_shrink();
+            return;
+        }
         if reset_requested(&self.shared.region) {
             self.shared.serve(None);
         }

@@ -31,33 +31,6 @@ struct Pair {
     guest_pool: Mempool,
 }
 
-/// Polls `rx` (and `tx` with empty bursts) on a helper thread while `f` runs.
-fn with_polling_host<R>(
-    rx: &mut dyn RxQueue,
-    tx: Option<&mut dyn TxQueue>,
-    f: impl FnOnce() -> R,
-) -> R {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut tx = tx;
-            let mut v = Vec::new();
-            let mut idle = Vec::new();
-            while !stop.load(Relaxed) {
-                rx.rx_burst(&mut v, 32);
-                assert!(v.is_empty(), "nothing is sent during an attach");
-                if let Some(t) = tx.as_mut() {
-                    t.tx_burst(&mut idle);
-                }
-                std::thread::yield_now();
-            }
-        });
-        let r = f();
-        stop.store(true, Relaxed);
-        r
-    })
-}
-
 fn pair(feature: bool, framesz: Option<u32>, variant: Variant, room: u32) -> Pair {
     let shm = ShmName::new("fs");
     let mut hcfg = HostConfig::new(shm.name());
@@ -71,8 +44,9 @@ fn pair(feature: bool, framesz: Option<u32>, variant: Variant, room: u32) -> Pai
     gcfg.framesz = framesz;
     gcfg.variant = variant;
     gcfg.reset_timeout = Duration::from_secs(20);
-    let mut guest = with_polling_host(&mut *hrx, Some(&mut *htx), || GuestPort::attach("g", &gcfg))
-        .expect("attach");
+    let mut guest =
+        common::with_polling_host(&mut *hrx, Some(&mut *htx), || GuestPort::attach("g", &gcfg))
+            .expect("attach");
     let grx = guest.take_rx_queue(0, &guest_pool).unwrap();
     let gtx = guest.take_tx_queue(0, &guest_pool).unwrap();
     Pair {
@@ -459,8 +433,9 @@ fn poll_reset_with_an_idle_guest_queue() {
     let mut htx = host.take_tx_queue(0, &pool).unwrap();
     let mut cfg = GuestConfig::new(shm.name());
     cfg.reset_timeout = Duration::from_secs(10);
-    let mut guest = with_polling_host(&mut *hrx, Some(&mut *htx), || GuestPort::attach("g", &cfg))
-        .expect("attach");
+    let mut guest =
+        common::with_polling_host(&mut *hrx, Some(&mut *htx), || GuestPort::attach("g", &cfg))
+            .expect("attach");
     let (mut grx, mut gtx) = guest.take_queue_pair(&pool).unwrap();
     let mut up = Sender::new(&pool, 1, UP, 3000);
     up.burst = 10;
@@ -520,7 +495,7 @@ fn poll_idle_host_tx_queue_does_not_block_a_reset() {
     let _htx_idle = host.take_tx_queue(0, &pool).unwrap();
     let mut cfg = GuestConfig::new(shm.name());
     cfg.reset_timeout = Duration::from_secs(2);
-    let r = with_polling_host(&mut *hrx, None, || GuestPort::attach("g", &cfg));
+    let r = common::with_polling_host(&mut *hrx, None, || GuestPort::attach("g", &cfg));
     assert!(r.is_ok(), "{:?}", r.err());
 }
 
@@ -535,7 +510,7 @@ fn poll_dropped_host_tx_queue_does_not_block_a_reset() {
     drop(host.take_tx_queue(0, &pool).unwrap());
     let mut cfg = GuestConfig::new(shm.name());
     cfg.reset_timeout = Duration::from_secs(10);
-    let g = with_polling_host(&mut *hrx, None, || GuestPort::attach("g", &cfg));
+    let g = common::with_polling_host(&mut *hrx, None, || GuestPort::attach("g", &cfg));
     assert!(g.is_ok(), "{:?}", g.err());
 }
 

@@ -448,6 +448,62 @@ impl Region {
             .is_some_and(Registration::faulted)
     }
 
+    /// After a [peer fault](Self::peer_faulted): grows the file back to the region's length
+    /// (zero-filled where it was cut) and maps it again at the same address, so the region is
+    /// shared with the file once more and the next peer can be served. For a region whose file
+    /// is ours (MEMNIC's host side); the caller keeps every data path out of the region while it
+    /// runs (what was in it is gone: lay it out anew). Nothing to do unless it faulted.
+    pub fn restore_after_fault(&self) -> Result<()> {
+        let (Some(reg), Some(fd)) = (&self.registration, &self.fd) else {
+            return Ok(());
+        };
+        if !reg.faulted() {
+            return Ok(());
+        }
+        let what = || match &self.backing {
+            Backing::File(p) => p.display().to_string(),
+            _ => "memfd".to_string(),
+        };
+        let file = File::from(fd.try_clone().map_err(|source| ShmError::Io {
+            op: "duplicate the fd of",
+            what: what(),
+            source,
+        })?);
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if size < self.extent as u64 {
+            file.set_len(self.extent as u64)
+                .map_err(|source| ShmError::Io {
+                    op: "grow back",
+                    what: what(),
+                    source,
+                })?;
+        }
+        // SAFETY: [base, base + extent) is this Region's own mapping (private zero pages since
+        // the fault); mapping the file over it with MAP_FIXED keeps every address valid, and no
+        // Rust reference to plain data in it exists (atomics and copies only).
+        let p = unsafe {
+            libc::mmap(
+                self.base.as_ptr().cast(),
+                self.extent,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ShmError::Io {
+                op: "map again",
+                what: what(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        // Only now that the file is behind the mapping again: a fault before this point finds
+        // the zero pages' state and retries, one after it is a new fault.
+        reg.rearm();
+        Ok(())
+    }
+
     /// The fd behind the mapping (memfd or file), to pass to a peer.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.fd.as_ref().map(|f| f.as_fd())

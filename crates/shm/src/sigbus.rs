@@ -145,6 +145,16 @@ impl Registration {
     }
 }
 
+impl Registration {
+    /// The mapping holds the peer's memory again (`Region::restore_after_fault` mapped it back
+    /// over the zero pages): the next fault is handled anew.
+    pub(crate) fn rearm(&self) {
+        // Release: pairs with the handler's Acquire CAS from INTACT; a fault that sees INTACT
+        // comes after the remapping that preceded this store.
+        SLOTS[self.slot].state.store(INTACT, Ordering::Release);
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         let s = &SLOTS[self.slot];

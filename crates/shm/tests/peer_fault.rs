@@ -363,3 +363,43 @@ fn more_peer_mappings_than_the_registry_holds_is_a_clear_error() {
     };
     assert_survived(&out);
 }
+
+/// The owner of a region file grows it back and maps it again after a peer cut it: the region
+/// is shared with the file once more (a new opener sees what the owner writes), and a second
+/// cut is caught like the first.
+#[test]
+fn a_faulted_file_region_is_restored_and_guarded_again() {
+    let Some(out) = in_child(
+        "a_faulted_file_region_is_restored_and_guarded_again",
+        || {
+            let name = format!("memnic-shm-restore-{}", std::os::unix::process::parent_id());
+            let path = Region::shm_path(&name);
+            let host = Region::create_shared(&name, LEN, 0o600).unwrap();
+            for round in 0..2u8 {
+                host.write_bytes(0, &pattern(round)).unwrap();
+                let other = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                other.set_len(0).unwrap();
+                assert_eq!(host.u32(LEN - 4).load(Ordering::Relaxed), 0);
+                assert!(host.peer_faulted(), "round {round}");
+                host.restore_after_fault().unwrap();
+                assert!(!host.peer_faulted(), "round {round}: re-armed");
+                assert_eq!(contents(&host), vec![0u8; LEN], "what was cut is gone");
+                host.write_bytes(0, &pattern(round + 10)).unwrap();
+                let next = Region::open_shared(&name, LEN).unwrap();
+                assert_eq!(
+                    contents(&next),
+                    pattern(round + 10),
+                    "shared with the file again"
+                );
+            }
+            std::fs::remove_file(&path).unwrap();
+        },
+    ) else {
+        return;
+    };
+    let _ = std::fs::remove_file(Region::shm_path(&format!(
+        "memnic-shm-restore-{}",
+        std::process::id()
+    )));
+    assert_survived(&out);
+}

@@ -26,7 +26,7 @@ pub use payload::{
     check, check_flow, fill, flow_of, frame_len, frame_packet, read_frame, splitmix, write_frame,
     MAX_FRAME, MIN_FRAME,
 };
-pub use stream::{Receiver, Sender};
+pub use stream::{with_polling_host, Receiver, Sender};
 
 use memnic_pktbuf::{Mempool, PoolConfig, DEFAULT_HEADROOM};
 

@@ -196,3 +196,33 @@ impl Receiver {
         Ok(())
     }
 }
+
+/// Polls `rx` (and `tx` with empty bursts) on a helper thread while `f` runs: a MEMNIC host
+/// serving the reset of a guest that attaches in `f`.
+pub fn with_polling_host<R>(
+    rx: &mut dyn RxQueue,
+    tx: Option<&mut dyn TxQueue>,
+    f: impl FnOnce() -> R,
+) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut tx = tx;
+            let mut v = Vec::new();
+            let mut idle = Vec::new();
+            // Relaxed: a stop flag; nothing is published with it.
+            while !stop.load(Relaxed) {
+                rx.rx_burst(&mut v, 32);
+                assert!(v.is_empty(), "nothing is sent during an attach");
+                if let Some(t) = tx.as_mut() {
+                    t.tx_burst(&mut idle);
+                }
+                std::thread::yield_now();
+            }
+        });
+        let r = f();
+        stop.store(true, Relaxed);
+        r
+    })
+}
