@@ -133,3 +133,61 @@ fn poll_server_drops_a_client_that_shrinks_its_region_and_serves_the_next() {
     }
     let _ = std::fs::remove_file(&sock);
 }
+
+/// In the client role the server could only shrink what we share with it: region 0, a memfd
+/// sealed against shrinking. A server that tries gets EPERM, and the client goes on.
+#[test]
+fn a_server_cannot_shrink_what_our_client_shares() {
+    use memnic_memif::msg::{Hello, Name};
+    use memnic_shm::unix::{poll, PollFd, SeqpacketListener, SocketAddrSpec};
+    use std::os::fd::AsFd;
+
+    let sock = format!("/tmp/memnic-shrink-client-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&sock);
+    let l = SeqpacketListener::bind(&SocketAddrSpec::memif(&sock, false)).unwrap();
+    let fake = std::thread::spawn(move || {
+        let c = l.accept().unwrap();
+        let recv = || {
+            let mut pfd = [PollFd::readable(c.as_fd())];
+            assert!(poll(&mut pfd, Some(Duration::from_secs(5))).unwrap() > 0);
+            let mut buf = [0u8; 256];
+            let got = c.recv(&mut buf).unwrap();
+            (Msg::decode(&buf[..got.len]).unwrap(), got.fds)
+        };
+        c.send(
+            &Msg::Hello(Hello::new(Name::truncated("fake"))).encode(),
+            &[],
+        )
+        .unwrap();
+        assert!(matches!(recv().0, Msg::Init(_)));
+        c.send(&Msg::Ack.encode(), &[]).unwrap();
+        let (m, mut fds) = recv();
+        assert!(matches!(m, Msg::AddRegion(_)), "{m:?}");
+        let fd = fds.pop().expect("region 0's fd");
+        let file = std::fs::File::from(fd);
+        let before = file.metadata().unwrap().len();
+        let err = file.set_len(0).expect_err("region 0 must be sealed");
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+        assert_eq!(file.metadata().unwrap().len(), before);
+        let r = Region::from_fd(file.into(), before as usize).unwrap();
+        assert!(r.is_shrink_sealed() && !r.is_peer_controlled());
+    });
+    let mut client = MemifPort::new("c", MemifConfig::new(Role::Client, &sock)).unwrap();
+    let pool = memnic_test_support::pool("c", 256, 2048);
+    let _q = (
+        client.take_rx_queue(0, &pool).unwrap(),
+        client.take_tx_queue(0, &pool).unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fake.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the fake server never got region 0"
+        );
+        client.service();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fake.join().unwrap();
+    client.service(); // the client lives on
+    let _ = std::fs::remove_file(&sock);
+}
