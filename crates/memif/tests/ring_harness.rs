@@ -7,7 +7,7 @@ use harness::{run, Kind};
 use proptest::prelude::*;
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Any bytes: a program over any kind, ring size and buffer size.
     #[test]
