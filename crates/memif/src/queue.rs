@@ -5,6 +5,13 @@
 //! and takes it away again on disconnect; a queue reloads it when the gate says "restart". A
 //! queue that finds the peer breaking the protocol (a counter out of range, a descriptor outside
 //! its region) stops using the rings, counts an error and flags the port for DISCONNECT.
+//!
+//! Every burst has the same shape in both roles: read the peer's counter once and check it
+//! ([`Window`]); receive whole frames through the one chain walker (`chain::receive`, with the
+//! role's `chain::Source` of bytes) or write frames through the one slot writer
+//! (`writer::write_frame`, with the role's `writer::Dest`); publish our counter
+//! ([`publish`]). A violation is a [`DataError`] carrying the values the peer wrote; its
+//! `reason()` is what DISCONNECT says.
 
 use std::sync::atomic::{
     fence, AtomicBool,
