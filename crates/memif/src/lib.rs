@@ -4,18 +4,25 @@
 //! * [`msg`]: the control messages and their 128-byte wire form (pure, fuzzable code). The
 //!   socket side (SEQPACKET, descriptor passing, eventfds) is `memnic_shm::unix`.
 //! * [`ring`]: rings and descriptors in shared memory, bounds-checked.
-//! * [`queue`]: the data path behind the burst API (copy mode, both roles).
+//! * [`queue`]: the data path behind the burst API (copy mode, both roles): one [`window`] check
+//!   of the peer's counter per burst, one chain walker for both rx roles (`chain`), one slot
+//!   writer for both tx roles (`writer`), typed errors ([`DataError`]).
 //! * [`port`]: the control channel (client and server handshakes, disconnect, reconnect) and the
 //!   `memif` driver for devargs; server interfaces share a listening socket (`socket`).
 
 #![forbid(unsafe_code)]
 
+mod chain;
+pub mod error;
 pub mod msg;
 pub mod port;
 pub mod queue;
 pub mod ring;
 mod socket;
+pub mod window;
+mod writer;
 
+pub use error::DataError;
 pub use port::{MemifConfig, MemifError, MemifPort, DRIVER, PEER_SHRANK};
 pub use queue::Role;
 

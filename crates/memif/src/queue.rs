@@ -5,6 +5,13 @@
 //! and takes it away again on disconnect; a queue reloads it when the gate says "restart". A
 //! queue that finds the peer breaking the protocol (a counter out of range, a descriptor outside
 //! its region) stops using the rings, counts an error and flags the port for DISCONNECT.
+//!
+//! Every burst has the same shape in both roles: read the peer's counter once and check it
+//! ([`Window`]); receive whole frames through the one chain walker (`chain::receive`, with the
+//! role's `chain::Source` of bytes) or write frames through the one slot writer
+//! (`writer::write_frame`, with the role's `writer::Dest`); publish our counter
+//! ([`publish`]). A violation is a [`DataError`] carrying the values the peer wrote; its
+//! `reason()` is what DISCONNECT says.
 
 use std::sync::atomic::{
     fence, AtomicBool,
@@ -16,7 +23,12 @@ use memnic_ethdev::gate::{Enter, GateMember};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
 
-use crate::ring::{Desc, Regions, Ring, DESC_FLAG_NEXT, RING_FLAG_MASK_INT};
+use crate::chain::{receive, FromLayout, FromParked, FromRegions};
+use crate::error::DataError;
+use crate::msg::RingDirection;
+use crate::ring::{acquire, publish, Desc, Regions, Ring, RING_FLAG_MASK_INT};
+use crate::window::Window;
+use crate::writer::{write_frame, ToDescriptors, ToLayout};
 
 /// Which end of the connection this port is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +74,8 @@ pub struct Prefilled {
 pub struct Broken {
     flag: AtomicBool,
     why: Mutex<Option<&'static str>>,
+    /// The violation itself, with the values the peer wrote (for logs and tests).
+    error: Mutex<Option<DataError>>,
 }
 
 impl Broken {
@@ -72,6 +86,13 @@ impl Broken {
         self.flag.store(true, Release);
     }
 
+    /// Records a data-path violation and flags it with its DISCONNECT reason.
+    #[cold]
+    pub fn set_error(&self, e: DataError) {
+        *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        self.set(e.reason());
+    }
+
     /// The reason, once, if a queue flagged one.
     pub fn take(&self) -> Option<&'static str> {
         // Acquire pairs with the Release in `set`.
@@ -79,6 +100,11 @@ impl Broken {
             return None;
         }
         self.why.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// The last data-path violation recorded (kept after `take`).
+    pub fn last_error(&self) -> Option<DataError> {
+        *self.error.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -173,13 +199,13 @@ impl QueueCore {
     /// The peer broke the protocol: stop using the rings until the control path reconnects.
     #[cold]
     #[inline(never)]
-    fn protocol_error(&mut self, why: &'static str) {
+    fn protocol_error(&mut self, e: DataError) {
         self.stats.errors += 1;
         self.conn = None;
         for m in self.parked.drain(..).flatten() {
             self.cache.free(m);
         }
-        self.broken.set(why);
+        self.broken.set_error(e);
     }
 
     fn kick(c: &Conn) {
@@ -192,21 +218,6 @@ impl QueueCore {
             if c.ring.flags().load(Relaxed) & RING_FLAG_MASK_INT == 0 {
                 let _ = irq.notify();
             }
-        }
-    }
-}
-
-/// Copy-mode rx: how many slots ahead of the copy their buffers are prefetched (measured: 8
-/// beat 1 by 10-30% at 64 and 256 bytes, and is no worse at 1518).
-const PREFETCH_FRAMES: u16 = 8;
-
-/// Prefetches the first lines of the buffer a descriptor points at.
-#[inline(always)]
-fn prefetch_buffer(regions: &Regions, d: Desc) {
-    if let Some(r) = regions.0.get(d.region as usize) {
-        let lines = (d.length as usize).div_ceil(64).min(4);
-        for line in 0..lines {
-            r.prefetch(d.offset as usize + line * 64);
         }
     }
 }
@@ -236,8 +247,8 @@ impl MemifRxQueue {
         // pairs with the fence in `QueueCore::kick`.
         fence(SeqCst);
         let pending = match c.role {
-            Role::Server => c.ring.head().load(Acquire) != self.core.seen,
-            Role::Client => c.ring.tail().load(Acquire) != self.core.seen,
+            Role::Server => acquire(c.ring.head()) != self.core.seen,
+            Role::Client => acquire(c.ring.tail()) != self.core.seen,
         };
         Some(pending)
     }
@@ -256,11 +267,7 @@ impl MemifRxQueue {
     }
 
     /// Server: consume frames the client queued on a C2S ring, then publish tail.
-    fn rx_server(
-        q: &mut QueueCore,
-        pkts: &mut Vec<Mbuf>,
-        max: usize,
-    ) -> Result<usize, &'static str> {
+    fn rx_server(q: &mut QueueCore, pkts: &mut Vec<Mbuf>, max: usize) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             seen,
@@ -270,72 +277,20 @@ impl MemifRxQueue {
         } = q;
         let c = conn.as_ref().expect("entered");
         let ring = &c.ring;
-        // Acquire pairs with the client's Release store of head: descriptors and data are there.
-        let head = ring.head().load(Acquire);
-        let avail = head.wrapping_sub(*seen);
-        if avail > ring.size() {
-            return Err("Ring head out of range");
-        }
-        if avail == 0 {
+        let win = Window::server(ring.head(), *seen, ring.size())?;
+        if win.avail == 0 {
             return Ok(0); // the common idle poll: touch nothing else
         }
         let start = pkts.len();
-        let mut used: u16 = 0;
-        // Buffers the client published are finished: pull the next PREFETCH_FRAMES over from
-        // its core ahead of the copies, so several transfers overlap (one ahead left the copy
-        // waiting on each).
-        let mut pf_next: u16 = 0;
-        while pf_next < avail.min(PREFETCH_FRAMES) {
-            prefetch_buffer(&c.regions, ring.read_desc(seen.wrapping_add(pf_next)));
-            pf_next += 1;
-        }
-        while used < avail && pkts.len() - start < max {
-            let Some(mut m) = cache.alloc() else {
-                stats.nombuf += 1;
-                break;
-            };
-            let mut fits = true;
-            loop {
-                if used == avail {
-                    // A chain must be published whole.
-                    cache.free(m);
-                    return Err("Chained buffer runs past head");
-                }
-                let d = ring.read_desc(seen.wrapping_add(used));
-                used += 1;
-                let Some(src) = c.regions.locate(d.region, d.offset, d.length) else {
-                    cache.free(m);
-                    return Err("Descriptor outside its region");
-                };
-                if pf_next < avail {
-                    // Keep PREFETCH_FRAMES in flight (a hint only: an out-of-range offset is
-                    // ignored).
-                    prefetch_buffer(&c.regions, ring.read_desc(seen.wrapping_add(pf_next)));
-                    pf_next += 1;
-                }
-                // A frame larger than one of our buffers continues in chained segments.
-                let src = src
-                    .slice(d.offset as usize, d.length as usize)
-                    .expect("located");
-                fits = fits && m.extend_from(&src, cache);
-                if d.flags & DESC_FLAG_NEXT == 0 {
-                    break;
-                }
-            }
-            if fits {
-                stats.bytes += m.len() as u64;
-                pkts.push(m);
-            } else {
-                stats.nombuf += 1; // the pool ran dry in the middle of a chain: dropped
-                cache.free(m);
-            }
-        }
+        let mut src = FromRegions {
+            regions: &c.regions,
+        };
+        let used = receive(&mut src, ring, &win, pkts, max, cache, stats)?;
         if used > 0 {
             *seen = seen.wrapping_add(used);
-            // Release pairs with the client's Acquire load of tail: we are done with these
-            // slots. Only when it moved: a store, even of the same value, takes the line away
-            // from the client, whose every tx burst then misses on it.
-            ring.tail().store(*seen, Release);
+            // We are done with these slots. Only when it moved: a store, even of the same
+            // value, takes the line away from the client, whose every tx burst then misses on it.
+            publish(ring.tail(), *seen);
         }
         let n = pkts.len() - start;
         stats.packets += n as u64;
@@ -343,11 +298,7 @@ impl MemifRxQueue {
     }
 
     /// Client: take frames the server wrote into our S2C slots, then refill the ring.
-    fn rx_client(
-        q: &mut QueueCore,
-        pkts: &mut Vec<Mbuf>,
-        max: usize,
-    ) -> Result<usize, &'static str> {
+    fn rx_client(q: &mut QueueCore, pkts: &mut Vec<Mbuf>, max: usize) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             own,
@@ -359,100 +310,26 @@ impl MemifRxQueue {
         } = q;
         let c = conn.as_ref().expect("entered");
         let ring = &c.ring;
-        // Acquire pairs with the server's Release store of tail.
-        let tail = ring.tail().load(Acquire);
-        let avail = tail.wrapping_sub(*seen);
-        if avail > own.wrapping_sub(*seen) {
-            return Err("Ring tail passed head");
-        }
+        let win = Window::client(ring.tail(), *seen, *own, ring.size(), RingDirection::S2C)?;
         let start = pkts.len();
-        let mut used: u16 = 0;
-        let mut pf_next: u16 = 0;
-        'frames: while used < avail && pkts.len() - start < max {
-            let first = used;
-            let mut frame: Option<Mbuf> = None;
-            let mut fits = true;
-            loop {
-                if used == avail {
-                    if let Some(m) = frame.take() {
-                        cache.free(m);
-                    }
-                    return Err("Chained buffer runs past tail");
-                }
-                let slot = seen.wrapping_add(used);
-                let d = ring.read_desc(slot);
-                used += 1;
-                if let (None, Some((base, bsize))) = (c.zero_copy_region, c.buffers) {
-                    if d.length > bsize {
-                        if let Some(m) = frame.take() {
-                            cache.free(m);
-                        }
-                        return Err("Descriptor longer than its buffer");
-                    }
-                    if frame.is_none() {
-                        match cache.alloc() {
-                            Some(m) => frame = Some(m),
-                            None => {
-                                stats.nombuf += 1;
-                                used = first;
-                                break 'frames;
-                            }
-                        }
-                    }
-                    let m = frame.as_mut().expect("set above");
-                    // Read from our own layout, not the offset in the descriptor.
-                    let off = base + (slot & ring.mask()) as usize * bsize as usize;
-                    // Keep PREFETCH_FRAMES slots' buffers on their way from the server's core.
-                    while pf_next < avail && pf_next < used + PREFETCH_FRAMES {
-                        let next = base
-                            + (seen.wrapping_add(pf_next) & ring.mask()) as usize * bsize as usize;
-                        for line in 0..4 {
-                            c.regions.0[0].prefetch(next + line * 64);
-                        }
-                        pf_next += 1;
-                    }
-                    let src = c.regions.0[0]
-                        .slice(off, d.length as usize)
-                        .expect("own layout");
-                    fits = fits && m.extend_from(&src, cache);
-                } else {
-                    let Some(mut m) = parked[(slot & ring.mask()) as usize].take() else {
-                        if let Some(f) = frame.take() {
-                            cache.free(f);
-                        }
-                        return Err("Tail moved over an empty slot");
-                    };
-                    if !m.set_len(d.length as usize) {
-                        cache.free(m);
-                        if let Some(f) = frame.take() {
-                            cache.free(f);
-                        }
-                        return Err("Descriptor longer than its buffer");
-                    }
-                    match &mut frame {
-                        None => frame = Some(m),
-                        // A chain in zero copy: the buffers become the packet's segments.
-                        Some(f) => {
-                            if let Err(m) = f.chain(m) {
-                                fits = false;
-                                cache.free(m);
-                            }
-                        }
-                    }
-                }
-                if d.flags & DESC_FLAG_NEXT == 0 {
-                    break;
-                }
+        let used = match (c.zero_copy_region, c.buffers) {
+            (None, Some((base, bsize))) => {
+                let mut src = FromLayout {
+                    region: &c.regions.0[0],
+                    base,
+                    bsize,
+                    mask: ring.mask(),
+                };
+                receive(&mut src, ring, &win, pkts, max, cache, stats)?
             }
-            let m = frame.expect("at least one slot");
-            if fits {
-                stats.bytes += m.len() as u64;
-                pkts.push(m);
-            } else {
-                stats.nombuf += 1; // no buffer for the rest of a chain: dropped
-                cache.free(m);
+            _ => {
+                let mut src = FromParked {
+                    parked,
+                    mask: ring.mask(),
+                };
+                receive(&mut src, ring, &win, pkts, max, cache, stats)?
             }
-        }
+        };
         *seen = seen.wrapping_add(used);
         Self::refill(c, own, *seen, parked, cache);
         let n = pkts.len() - start;
@@ -514,8 +391,8 @@ impl MemifRxQueue {
         }
         if head != *own {
             *own = head;
-            // Release pairs with the server's Acquire load of head: the descriptors are set.
-            ring.head().store(head, Release);
+            // The descriptors are set: the server may fill these slots.
+            publish(ring.head(), head);
         }
     }
 }
@@ -532,12 +409,12 @@ impl RxQueue for MemifRxQueue {
             Some(Role::Client) => Self::rx_client(&mut self.core, pkts, max),
             None => Ok(0),
         };
-        let n = res.unwrap_or_else(|why| {
+        let n = res.unwrap_or_else(|e| {
             // Frames taken before the violation came from a ring we no longer trust.
             for m in pkts.drain(start..) {
                 self.core.cache.free(m);
             }
-            self.core.protocol_error(why);
+            self.core.protocol_error(e);
             0
         });
         self.core.exit();
@@ -572,7 +449,7 @@ impl MemifTxQueue {
     }
 
     /// Client: queue frames on a C2S ring (copy or zero copy), publish head.
-    fn tx_client(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, &'static str> {
+    fn tx_client(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             own,
@@ -584,27 +461,27 @@ impl MemifTxQueue {
         } = q;
         let c = conn.as_ref().expect("entered");
         let ring = &c.ring;
-        // Acquire pairs with the server's Release store of tail: it is done with those slots.
-        let tail = ring.tail().load(Acquire);
-        let in_flight = own.wrapping_sub(tail);
-        if in_flight > ring.size() || tail.wrapping_sub(*seen) > ring.size() {
-            return Err("Ring tail out of range");
-        }
+        let win = Window::client(ring.tail(), *seen, *own, ring.size(), RingDirection::C2S)?;
         // Zero copy: buffers the server has finished with go back to the pool.
-        while *seen != tail {
-            if let Some(m) = parked[(*seen & ring.mask()) as usize].take() {
+        for i in 0..win.avail {
+            if let Some(m) = parked[(win.slot(i) & ring.mask()) as usize].take() {
                 cache.free(m);
             }
-            *seen = seen.wrapping_add(1);
         }
-        let mut free = ring.size() - in_flight;
+        *seen = win.end;
+        let mut free = win.room(*own, ring.size());
         let mut head = *own;
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
         // Zero copy: the slot each sent frame is parked in (+1), 0 for frames that were copied.
         let mut park = [0u16; MAX_BURST];
         let (base, bsize) = c.buffers.unwrap_or((0, 0));
-        let region0 = &c.regions.0[0];
+        let layout = ToLayout {
+            ring,
+            region: &c.regions.0[0],
+            base,
+            bsize,
+        };
         while sent < n {
             let m = &pkts[sent];
             let zc_offset = c
@@ -631,43 +508,24 @@ impl MemifTxQueue {
                 if bsize == 0 {
                     break;
                 }
-                let len = m.len();
-                let slots = len.div_ceil(bsize as usize).max(1);
+                let slots = layout.slots_for(m.len());
                 if slots > free as usize {
                     break;
                 }
                 if slots < free as usize && sent + 1 < n {
                     // Ask for the next frame's buffer lines in exclusive state now: the server
                     // read them last, and fetching them one store at a time serialises the copy.
-                    let next = base
-                        + (head.wrapping_add(slots as u16) & ring.mask()) as usize * bsize as usize;
+                    let next = layout.offset(head.wrapping_add(slots as u16));
                     let len = pkts[sent + 1].len().min(bsize as usize);
                     for line in (0..len).step_by(64) {
-                        region0.prefetch_write(next + line);
+                        layout.region.prefetch_write(next + line);
                     }
                 }
-                let mut done = 0;
-                for k in 0..slots {
-                    let slot = head & ring.mask();
-                    let off = base + slot as usize * bsize as usize;
-                    let chunk = (len - done).min(bsize as usize);
-                    let dst = region0.slice(off, chunk).expect("own layout");
-                    m.copy_out_to(done, &dst);
-                    let flags = if k + 1 < slots { DESC_FLAG_NEXT } else { 0 };
-                    ring.write_desc(
-                        slot,
-                        Desc {
-                            flags,
-                            region: 0,
-                            length: chunk as u32,
-                            // Region 0's layout was checked to fit u32 offsets at connect.
-                            offset: off as u32,
-                        },
-                    );
-                    done += chunk;
-                    head = head.wrapping_add(1);
-                }
-                free -= slots as u16;
+                let Some(used) = write_frame(&layout, m, head, free)? else {
+                    break;
+                };
+                head = head.wrapping_add(used);
+                free -= used;
             }
             stats.bytes += m.len() as u64;
             sent += 1;
@@ -681,8 +539,8 @@ impl MemifTxQueue {
         }
         if head != *own {
             *own = head;
-            // Release pairs with the server's Acquire load of head.
-            ring.head().store(head, Release);
+            // The frames are in their slots: the server may read them.
+            publish(ring.head(), head);
             QueueCore::kick(c);
         }
         stats.packets += sent as u64;
@@ -690,7 +548,7 @@ impl MemifTxQueue {
     }
 
     /// Server: write frames into the slots the client handed us on an S2C ring, publish tail.
-    fn tx_server(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, &'static str> {
+    fn tx_server(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             own,
@@ -700,56 +558,31 @@ impl MemifTxQueue {
         } = q;
         let c = conn.as_ref().expect("entered");
         let ring = &c.ring;
-        // Acquire pairs with the client's Release store of head: its descriptors are set.
-        let head = ring.head().load(Acquire);
-        let avail = head.wrapping_sub(*own);
-        if avail > ring.size() {
-            return Err("Ring head out of range");
-        }
-        let mut tail = *own;
+        let win = Window::server(ring.head(), *own, ring.size())?;
+        let dst = ToDescriptors {
+            ring,
+            regions: &c.regions,
+        };
         let mut used: u16 = 0;
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
-        'frames: while sent < n {
+        while sent < n {
             let m = &pkts[sent];
-            let len = m.len();
-            let mut done = 0usize;
-            let mut slots: u16 = 0;
-            loop {
-                if used + slots == avail {
-                    break 'frames; // no room for the whole frame: it stays with the caller
-                }
-                let slot = tail.wrapping_add(slots);
-                let d = ring.read_desc(slot);
-                let Some(dst) = c.regions.locate(d.region, d.offset, d.length) else {
-                    return Err("Descriptor outside its region");
-                };
-                let k = (len - done).min(d.length as usize);
-                if k == 0 && len > done {
-                    return Err("Descriptor with no room");
-                }
-                let window = dst.slice(d.offset as usize, k).expect("located");
-                m.copy_out_to(done, &window);
-                done += k;
-                slots += 1;
-                let more = done < len;
-                ring.write_len_flags(slot, k as u32, if more { DESC_FLAG_NEXT } else { 0 });
-                if !more {
-                    break;
-                }
-            }
-            tail = tail.wrapping_add(slots);
+            // No room for the whole frame: it and the rest stay with the caller.
+            let Some(slots) = write_frame(&dst, m, win.slot(used), win.avail - used)? else {
+                break;
+            };
             used += slots;
-            stats.bytes += len as u64;
+            stats.bytes += m.len() as u64;
             sent += 1;
         }
         for m in pkts.drain(..sent) {
             cache.free(m);
         }
-        if tail != *own {
-            *own = tail;
-            // Release pairs with the client's Acquire load of tail.
-            ring.tail().store(tail, Release);
+        if used > 0 {
+            *own = win.slot(used);
+            // The frames are in the client's buffers: it may take them.
+            publish(ring.tail(), *own);
             QueueCore::kick(c);
         }
         stats.packets += sent as u64;
@@ -767,8 +600,8 @@ impl TxQueue for MemifTxQueue {
             Some(Role::Server) => Self::tx_server(&mut self.core, pkts),
             None => Ok(0),
         };
-        let n = res.unwrap_or_else(|why| {
-            self.core.protocol_error(why);
+        let n = res.unwrap_or_else(|e| {
+            self.core.protocol_error(e);
             0
         });
         self.core.exit();

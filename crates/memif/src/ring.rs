@@ -4,11 +4,19 @@
 //! head is written by the client and tail by the server, in both ring types. Every value read
 //! from a ring is untrusted: counters are checked against the ring size, descriptors against the
 //! regions, before anything is copied.
+//!
+//! The two steps of the head/tail protocol, [`acquire`] (read the peer's counter) and
+//! [`publish`] (store our own), are generic over [`Counter`], so the loom model in
+//! `tests/loom_ring.rs` runs these very steps, and the window check of [`crate::window`], on
+//! loom's atomics.
 
-use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU16,
+    Ordering::{self, Acquire, Relaxed, Release},
+};
 use std::sync::Arc;
 
-use memnic_shm::Region;
+use memnic_shm::{Region, VolatileSlice};
 
 pub use crate::msg::{
     COOKIE as RING_COOKIE, DESC_FLAG_NEXT, MAX_LOG2_RING_SIZE, RING_FLAG_MASK_INT,
@@ -24,6 +32,41 @@ const TAIL_OFF: usize = 64;
 /// Bytes of a ring of 2^log2 slots.
 pub const fn ring_bytes(log2: u8) -> usize {
     RING_HDR + DESC_SIZE * (1 << log2)
+}
+
+/// A ring counter (head or tail): the `u16` in shared memory here, loom's atomic in the model.
+pub trait Counter {
+    fn load(&self, order: Ordering) -> u16;
+    fn store(&self, value: u16, order: Ordering);
+}
+
+impl Counter for AtomicU16 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u16 {
+        AtomicU16::load(self, order)
+    }
+    #[inline(always)]
+    fn store(&self, value: u16, order: Ordering) {
+        AtomicU16::store(self, value, order)
+    }
+}
+
+/// Reads the peer's counter (once per burst: see [`crate::window::Window`]).
+#[inline(always)]
+pub fn acquire(peer: &impl Counter) -> u16 {
+    // Acquire pairs with the peer's Release in `publish`: the descriptors and buffers it wrote
+    // (as producer), or its last reads of the slots it handed back (as consumer), happen before
+    // our reads and writes of those slots.
+    peer.load(Acquire)
+}
+
+/// Publishes our counter: the slots up to `value` are the peer's now.
+#[inline(always)]
+pub fn publish(own: &impl Counter, value: u16) {
+    // Release pairs with the peer's Acquire in `acquire`: our descriptor and buffer writes (as
+    // producer), or our reads of the slots we hand back (as consumer), happen before the peer
+    // sees the new value.
+    own.store(value, Release);
 }
 
 /// One descriptor, read once into a local.
@@ -191,6 +234,13 @@ impl Regions {
         let end = (offset as usize).checked_add(len as usize)?;
         (end <= r.len()).then_some(&**r)
     }
+
+    /// The bytes descriptor `d` points at, if they lie wholly inside one of the regions.
+    #[inline(always)]
+    pub fn window(&self, d: &Desc) -> Option<VolatileSlice<'_>> {
+        let r = self.0.get(d.region as usize)?;
+        r.slice(d.offset as usize, d.length as usize).ok()
+    }
 }
 
 #[cfg(test)]
@@ -283,5 +333,18 @@ mod tests {
         assert!(regs.locate(1, 8000, 192).is_some());
         assert!(regs.locate(2, 0, 1).is_none(), "no such region");
         assert!(regs.locate(1, u32::MAX, u32::MAX).is_none(), "no overflow");
+        let d = |region, offset, length| Desc {
+            flags: 0,
+            region,
+            length,
+            offset,
+        };
+        assert_eq!(regs.window(&d(1, 8000, 192)).map(|w| w.len()), Some(192));
+        assert!(regs.window(&d(0, 1, 4096)).is_none());
+        assert!(regs.window(&d(2, 0, 1)).is_none(), "no such region");
+        assert!(
+            regs.window(&d(1, u32::MAX, u32::MAX)).is_none(),
+            "no overflow"
+        );
     }
 }
