@@ -65,6 +65,9 @@ pub(crate) fn receive<S: Source>(
     let avail = win.avail;
     let start = pkts.len();
     let mut used: u16 = 0;
+    // Counted only if the whole burst is good: the caller discards every frame of a burst
+    // that ends in a protocol violation.
+    let mut bytes = 0u64;
     // Buffers the peer published are finished: pull the next PREFETCH_FRAMES over from its core
     // ahead of the copies, so several transfers overlap (one ahead left the copy waiting on each).
     let mut pf_next: u16 = 0;
@@ -116,13 +119,14 @@ pub(crate) fn receive<S: Source>(
         }
         let Some(m) = frame else { continue };
         if keep {
-            stats.bytes += m.len() as u64;
+            bytes += m.len() as u64;
             pkts.push(m);
         } else {
             stats.nombuf += 1; // the pool ran dry in the middle of a chain: dropped
             cache.free(m);
         }
     }
+    stats.bytes += bytes;
     Ok(used)
 }
 
