@@ -26,11 +26,11 @@ const LOG2: u8 = 4;
 const SIZE: u16 = 1 << LOG2;
 const BSIZE: u32 = 2048;
 
-/// The payload of test frame `seq` of `len` bytes.
+/// Test frame `seq` of `len` bytes, in the one payload format (memnic-test-support's).
 fn payload(seq: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (seq as u8).wrapping_mul(13).wrapping_add(i as u8) ^ 0x5a)
-        .collect()
+    let mut f = vec![0u8; len];
+    memnic_test_support::fill(&mut f, seq, 0x5a);
+    f
 }
 
 // ---- our client, polled by a thread ----------------------------------------------------------
