@@ -71,17 +71,7 @@ fn a_flood_of_add_ring_keeps_our_fd_count_bounded_and_is_refused() {
     let reg = region(1 << 20);
     let ev = EventFd::new().unwrap();
     let mut f = Fake::connect(&srv.sock);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion {
-            index: 0,
-            size: 1 << 20,
-        })
-        .encode(),
-        &[reg.fd().unwrap()],
-    );
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.init_with_region(&reg);
     let baseline = open_fds();
     // The same ring (C2S 0) again and again, each time with an eventfd.
     let ring = add_ring(RingDirection::C2S, 0, 0, 4).encode();

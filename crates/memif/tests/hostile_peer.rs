@@ -134,17 +134,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         ),
     ] {
         let mut f = Fake::connect(s);
-        f.init(0);
-        assert!(matches!(f.recv(), Some(Msg::Ack)));
-        f.send(
-            &Msg::AddRegion(AddRegion {
-                index: 0,
-                size: 1 << 20,
-            })
-            .encode(),
-            &[reg.fd().unwrap()],
-        );
-        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        f.init_with_region(&reg);
         let fds = if fd_too { vec![ev.as_fd()] } else { vec![] };
         f.send(&ring.encode(), &fds);
         f.expect_disconnect(reason);
@@ -325,17 +315,7 @@ fn a_repeated_or_out_of_range_ring_is_refused() {
         (None, 1, "Invalid ring index"),
     ] {
         let mut f = Fake::connect(&srv.sock);
-        f.init(0);
-        assert!(matches!(f.recv(), Some(Msg::Ack)));
-        f.send(
-            &Msg::AddRegion(AddRegion {
-                index: 0,
-                size: 1 << 20,
-            })
-            .encode(),
-            &[reg.fd().unwrap()],
-        );
-        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        f.init_with_region(&reg);
         if let Some(i) = first {
             let mut m = add_ring(RingDirection::C2S, 0, 0, 4);
             if let Msg::AddRing(r) = &mut m {

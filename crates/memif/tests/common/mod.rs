@@ -121,6 +121,21 @@ impl Fake {
         assert!(self.recv().is_none(), "the server closes after DISCONNECT");
     }
 
+    /// INIT for interface 0 and region 0 (all of `reg`), each acknowledged.
+    pub fn init_with_region(&mut self, reg: &Region) {
+        self.init(0);
+        assert!(matches!(self.recv(), Some(Msg::Ack)));
+        self.send(
+            &Msg::AddRegion(AddRegion {
+                index: 0,
+                size: reg.len() as u64,
+            })
+            .encode(),
+            &[reg.fd().unwrap()],
+        );
+        assert!(matches!(self.recv(), Some(Msg::Ack)));
+    }
+
     pub fn init(&mut self, id: u32) {
         let m = Msg::Init(Init {
             version: VERSION,
@@ -150,17 +165,7 @@ pub fn add_ring(dir: RingDirection, region: u16, offset: u32, log2: u8) -> Msg {
 /// Handshakes properly with a C2S and an S2C ring at the start of `reg`; returns the connection.
 pub fn connect_good(sock: &str, reg: &Region, ev: &EventFd) -> Fake {
     let mut f = Fake::connect(sock);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion {
-            index: 0,
-            size: reg.len() as u64,
-        })
-        .encode(),
-        &[reg.fd().unwrap()],
-    );
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.init_with_region(reg);
     let rb = ring_bytes(4);
     for (i, dir) in [RingDirection::C2S, RingDirection::S2C]
         .into_iter()
