@@ -23,23 +23,24 @@ pub(crate) trait Source {
     /// The peer counter that bounds the window (named in a chain-past-end error).
     const END: PeerCounter;
 
+    /// Zero copy: a frame's segments are the buffers parked in its slots ([`Source::parked`]);
+    /// otherwise its bytes are copied into buffers of the pool.
+    const PARKED: bool = false;
+
     /// A hint: start fetching the buffer of `slot` (never fails, never faults).
     fn prefetch(&self, ring: &Ring, slot: u16);
 
-    /// Starts a frame with the segment in `slot` (its descriptor `d`, read once). None: no
-    /// buffer for it (the frame is left for a later burst). `keep` becomes false when the
-    /// frame cannot be completed (the pool ran dry in it): it is then dropped.
-    fn first(
-        &mut self,
-        slot: u16,
-        d: Desc,
-        keep: &mut bool,
-        cache: &mut PoolCache,
-    ) -> Result<Option<Mbuf>, DataError>;
+    /// What must hold of `d` before anything is taken for its slot (checked for every slot; a
+    /// frame's first before a buffer is allocated for it).
+    #[inline(always)]
+    fn check(&self, _slot: u16, _d: Desc) -> Result<(), DataError> {
+        Ok(())
+    }
 
-    /// Adds the segment in `slot` to the frame `m`; with `keep` false, only validates `d` and
-    /// releases the slot.
-    fn more(
+    /// Adds the segment in `slot` (its descriptor `d`, read once and checked) to the frame `m`.
+    /// `keep` becomes false when the frame cannot be completed (the pool ran dry in it); with
+    /// `keep` false, only validates `d` and releases the slot.
+    fn add(
         &mut self,
         m: &mut Mbuf,
         slot: u16,
@@ -47,6 +48,12 @@ pub(crate) trait Source {
         keep: &mut bool,
         cache: &mut PoolCache,
     ) -> Result<(), DataError>;
+
+    /// Zero copy: the buffer parked in `slot`, holding the `d.length` bytes the peer wrote.
+    #[inline(always)]
+    fn parked(&mut self, slot: u16, _d: Desc, _: &mut PoolCache) -> Result<Mbuf, DataError> {
+        Err(DataError::EmptySlot { slot })
+    }
 }
 
 /// Receives up to `max` whole frames from `win` into `pkts`; returns the slots consumed. On an
@@ -83,10 +90,20 @@ pub(crate) fn receive<S: Source>(
             pf_next += 1;
         }
         let mut keep = true;
-        let Some(mut m) = src.first(slot, d, &mut keep, cache)? else {
-            stats.nombuf += 1;
-            used = first;
-            break;
+        let mut m = if S::PARKED {
+            src.parked(slot, d, cache)?
+        } else {
+            src.check(slot, d)?;
+            let Some(mut m) = cache.alloc() else {
+                stats.nombuf += 1;
+                used = first;
+                break;
+            };
+            if let Err(e) = src.add(&mut m, slot, d, &mut keep, cache) {
+                cache.free(m);
+                return Err(e);
+            }
+            m
         };
         let mut flags = d.flags;
         while flags & DESC_FLAG_NEXT != 0 {
@@ -102,7 +119,10 @@ pub(crate) fn receive<S: Source>(
                 src.prefetch(ring, win.slot(pf_next));
                 pf_next += 1;
             }
-            if let Err(e) = src.more(&mut m, slot, d, &mut keep, cache) {
+            let added = src
+                .check(slot, d)
+                .and_then(|_| src.add(&mut m, slot, d, &mut keep, cache));
+            if let Err(e) = added {
                 cache.free(m);
                 return Err(e);
             }
@@ -156,25 +176,7 @@ impl Source for FromRegions<'_> {
     }
 
     #[inline(always)]
-    fn first(
-        &mut self,
-        slot: u16,
-        d: Desc,
-        keep: &mut bool,
-        cache: &mut PoolCache,
-    ) -> Result<Option<Mbuf>, DataError> {
-        let Some(mut m) = cache.alloc() else {
-            return Ok(None);
-        };
-        if let Err(e) = self.more(&mut m, slot, d, keep, cache) {
-            cache.free(m);
-            return Err(e);
-        }
-        Ok(Some(m))
-    }
-
-    #[inline(always)]
-    fn more(
+    fn add(
         &mut self,
         m: &mut Mbuf,
         slot: u16,
@@ -218,16 +220,13 @@ impl<'a> FromLayout<'a> {
         self.base + (slot & self.mask) as usize * self.bsize as usize
     }
 
-    /// The bytes of `slot`: `d.length` of them from the slot's own buffer, checked against it.
+    /// The bytes of `slot`: `d.length` of them (checked: at most `bsize`) from the slot's own
+    /// buffer.
     #[inline(always)]
-    fn bytes(&self, slot: u16, d: Desc) -> Result<VolatileSlice<'a>, DataError> {
-        if d.length > self.bsize {
-            return Err(too_long(slot, d.length, self.bsize));
-        }
-        Ok(self
-            .region
+    fn bytes(&self, slot: u16, d: Desc) -> VolatileSlice<'a> {
+        self.region
             .slice(self.offset(slot), d.length as usize)
-            .expect("our own layout: region 0 holds every slot's buffer"))
+            .expect("our own layout: region 0 holds every slot's buffer")
     }
 }
 
@@ -243,24 +242,15 @@ impl Source for FromLayout<'_> {
     }
 
     #[inline(always)]
-    fn first(
-        &mut self,
-        slot: u16,
-        d: Desc,
-        keep: &mut bool,
-        cache: &mut PoolCache,
-    ) -> Result<Option<Mbuf>, DataError> {
-        // The length first: a bad one is a violation even when the pool is dry.
-        let src = self.bytes(slot, d)?;
-        let Some(mut m) = cache.alloc() else {
-            return Ok(None);
-        };
-        *keep = m.extend_from(&src, cache);
-        Ok(Some(m))
+    fn check(&self, slot: u16, d: Desc) -> Result<(), DataError> {
+        if d.length > self.bsize {
+            return Err(too_long(slot, d.length, self.bsize));
+        }
+        Ok(())
     }
 
     #[inline(always)]
-    fn more(
+    fn add(
         &mut self,
         m: &mut Mbuf,
         slot: u16,
@@ -268,8 +258,7 @@ impl Source for FromLayout<'_> {
         keep: &mut bool,
         cache: &mut PoolCache,
     ) -> Result<(), DataError> {
-        let src = self.bytes(slot, d)?;
-        *keep = *keep && m.extend_from(&src, cache);
+        *keep = *keep && m.extend_from(&self.bytes(slot, d), cache);
         Ok(())
     }
 }
@@ -293,23 +282,18 @@ pub(crate) struct FromParked<'a> {
 
 impl Source for FromParked<'_> {
     const END: PeerCounter = PeerCounter::Tail;
+    const PARKED: bool = true;
 
     #[inline(always)]
     fn prefetch(&self, _: &Ring, _: u16) {}
 
     #[inline(always)]
-    fn first(
-        &mut self,
-        slot: u16,
-        d: Desc,
-        _: &mut bool,
-        cache: &mut PoolCache,
-    ) -> Result<Option<Mbuf>, DataError> {
-        self.buffer(slot, d, cache).map(Some)
+    fn parked(&mut self, slot: u16, d: Desc, cache: &mut PoolCache) -> Result<Mbuf, DataError> {
+        self.buffer(slot, d, cache)
     }
 
     #[inline(always)]
-    fn more(
+    fn add(
         &mut self,
         m: &mut Mbuf,
         slot: u16,
