@@ -8,7 +8,7 @@
 //! touches any byte.
 
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats};
-use memnic_shm::Region;
+use memnic_shm::{Region, VolatileSlice};
 
 use crate::error::{DataError, PeerCounter};
 use crate::ring::{Desc, Regions, Ring, DESC_FLAG_NEXT};
@@ -18,35 +18,42 @@ use crate::window::Window;
 /// at 64 and 256 bytes, and is no worse at 1518).
 pub(crate) const PREFETCH_FRAMES: u16 = 8;
 
-/// What a source did with one slot.
-pub(crate) enum Seg {
-    /// The segment is part of the frame now.
-    Taken,
-    /// No buffer for a frame's first segment: stop before this frame (nothing consumed).
-    NoBuffer,
-    /// No buffer for the rest of the frame: it is dropped (its slots are consumed).
-    Lost,
-}
-
 /// Where the bytes of a slot are, for one kind of receive.
 pub(crate) trait Source {
     /// The peer counter that bounds the window (named in a chain-past-end error).
     const END: PeerCounter;
 
+    /// Zero copy: a frame's segments are the buffers parked in its slots ([`Source::parked`]);
+    /// otherwise its bytes are copied into buffers of the pool.
+    const PARKED: bool = false;
+
     /// A hint: start fetching the buffer of `slot` (never fails, never faults).
     fn prefetch(&self, ring: &Ring, slot: u16);
 
-    /// Adds the segment in `slot` (its descriptor `d`, read once) to `frame`, allocating the
-    /// frame's first buffer from `cache` if it has none. With `keep` false the frame is being
-    /// dropped: validate `d` and release the slot, but copy nothing.
-    fn take(
+    /// What must hold of `d` before anything is taken for its slot (checked for every slot; a
+    /// frame's first before a buffer is allocated for it).
+    #[inline(always)]
+    fn check(&self, _slot: u16, _d: Desc) -> Result<(), DataError> {
+        Ok(())
+    }
+
+    /// Adds the segment in `slot` (its descriptor `d`, read once and checked) to the frame `m`.
+    /// `keep` becomes false when the frame cannot be completed (the pool ran dry in it); with
+    /// `keep` false, only validates `d` and releases the slot.
+    fn add(
         &mut self,
-        frame: &mut Option<Mbuf>,
-        keep: bool,
+        m: &mut Mbuf,
         slot: u16,
         d: Desc,
+        keep: &mut bool,
         cache: &mut PoolCache,
-    ) -> Result<Seg, DataError>;
+    ) -> Result<(), DataError>;
+
+    /// Zero copy: the buffer parked in `slot`, holding the `d.length` bytes the peer wrote.
+    #[inline(always)]
+    fn parked(&mut self, slot: u16, _d: Desc, _: &mut PoolCache) -> Result<Mbuf, DataError> {
+        Err(DataError::EmptySlot { slot })
+    }
 }
 
 /// Receives up to `max` whole frames from `win` into `pkts`; returns the slots consumed. On an
@@ -75,49 +82,55 @@ pub(crate) fn receive<S: Source>(
         src.prefetch(ring, win.slot(pf_next));
         pf_next += 1;
     }
-    'frames: while used < avail && pkts.len() - start < max {
+    while used < avail && pkts.len() - start < max {
         let first = used;
-        let mut frame: Option<Mbuf> = None;
+        let slot = win.slot(used);
+        let d = ring.read_desc(slot);
+        used += 1;
+        // Keep PREFETCH_FRAMES slots' buffers on their way (one more per slot taken).
+        if pf_next < avail {
+            src.prefetch(ring, win.slot(pf_next));
+            pf_next += 1;
+        }
         let mut keep = true;
-        loop {
+        let mut m = if S::PARKED {
+            src.parked(slot, d, cache)?
+        } else {
+            src.check(slot, d)?;
+            let Some(mut m) = cache.alloc() else {
+                stats.nombuf += 1;
+                used = first;
+                break;
+            };
+            if let Err(e) = src.add(&mut m, slot, d, &mut keep, cache) {
+                cache.free(m);
+                return Err(e);
+            }
+            m
+        };
+        let mut flags = d.flags;
+        while flags & DESC_FLAG_NEXT != 0 {
             if used == avail {
                 // A chain must be published whole.
-                if let Some(m) = frame {
-                    cache.free(m);
-                }
+                cache.free(m);
                 return Err(chain_past_end(S::END, win.slot(first), win.end));
             }
             let slot = win.slot(used);
             let d = ring.read_desc(slot);
             used += 1;
-            match src.take(&mut frame, keep, slot, d, cache) {
-                Ok(Seg::Taken) => {}
-                Ok(Seg::Lost) => keep = false,
-                Ok(Seg::NoBuffer) => {
-                    if let Some(m) = frame {
-                        cache.free(m);
-                    }
-                    stats.nombuf += 1;
-                    used = first;
-                    break 'frames;
-                }
-                Err(e) => {
-                    if let Some(m) = frame {
-                        cache.free(m);
-                    }
-                    return Err(e);
-                }
-            }
-            // Keep PREFETCH_FRAMES slots' buffers on their way.
-            while pf_next < avail && pf_next < used + PREFETCH_FRAMES {
+            if pf_next < avail {
                 src.prefetch(ring, win.slot(pf_next));
                 pf_next += 1;
             }
-            if d.flags & DESC_FLAG_NEXT == 0 {
-                break;
+            let added = src
+                .check(slot, d)
+                .and_then(|_| src.add(&mut m, slot, d, &mut keep, cache));
+            if let Err(e) = added {
+                cache.free(m);
+                return Err(e);
             }
+            flags = d.flags;
         }
-        let Some(m) = frame else { continue };
         if keep {
             bytes += m.len() as u64;
             pkts.push(m);
@@ -138,15 +151,6 @@ fn chain_past_end(counter: PeerCounter, first: u16, end: u16) -> DataError {
         first,
         end,
     }
-}
-
-/// The frame's buffer, allocated on its first segment.
-#[inline(always)]
-fn frame_buf<'f>(frame: &'f mut Option<Mbuf>, cache: &mut PoolCache) -> Option<&'f mut Mbuf> {
-    if frame.is_none() {
-        *frame = Some(cache.alloc()?);
-    }
-    frame.as_mut()
 }
 
 /// Prefetches the first lines of the buffer a descriptor points at.
@@ -176,26 +180,20 @@ impl Source for FromRegions<'_> {
     }
 
     #[inline(always)]
-    fn take(
+    fn add(
         &mut self,
-        frame: &mut Option<Mbuf>,
-        keep: bool,
+        m: &mut Mbuf,
         slot: u16,
         d: Desc,
+        keep: &mut bool,
         cache: &mut PoolCache,
-    ) -> Result<Seg, DataError> {
-        let Some(m) = frame_buf(frame, cache) else {
-            return Ok(Seg::NoBuffer);
-        };
+    ) -> Result<(), DataError> {
         let Some(src) = self.regions.window(&d) else {
             return Err(outside_region(slot, d));
         };
         // A frame larger than one of our buffers continues in chained segments.
-        Ok(if keep && m.extend_from(&src, cache) {
-            Seg::Taken
-        } else {
-            Seg::Lost
-        })
+        *keep = *keep && m.extend_from(&src, cache);
+        Ok(())
     }
 }
 
@@ -220,10 +218,19 @@ pub(crate) struct FromLayout<'a> {
     pub mask: u16,
 }
 
-impl FromLayout<'_> {
+impl<'a> FromLayout<'a> {
     #[inline(always)]
     fn offset(&self, slot: u16) -> usize {
         self.base + (slot & self.mask) as usize * self.bsize as usize
+    }
+
+    /// The bytes of `slot`: `d.length` of them (checked: at most `bsize`) from the slot's own
+    /// buffer.
+    #[inline(always)]
+    fn bytes(&self, slot: u16, d: Desc) -> VolatileSlice<'a> {
+        self.region
+            .slice(self.offset(slot), d.length as usize)
+            .expect("our own layout: region 0 holds every slot's buffer")
     }
 }
 
@@ -239,29 +246,24 @@ impl Source for FromLayout<'_> {
     }
 
     #[inline(always)]
-    fn take(
-        &mut self,
-        frame: &mut Option<Mbuf>,
-        keep: bool,
-        slot: u16,
-        d: Desc,
-        cache: &mut PoolCache,
-    ) -> Result<Seg, DataError> {
+    fn check(&self, slot: u16, d: Desc) -> Result<(), DataError> {
         if d.length > self.bsize {
             return Err(too_long(slot, d.length, self.bsize));
         }
-        let Some(m) = frame_buf(frame, cache) else {
-            return Ok(Seg::NoBuffer);
-        };
-        let src = self
-            .region
-            .slice(self.offset(slot), d.length as usize)
-            .expect("our own layout: region 0 holds every slot's buffer");
-        Ok(if keep && m.extend_from(&src, cache) {
-            Seg::Taken
-        } else {
-            Seg::Lost
-        })
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn add(
+        &mut self,
+        m: &mut Mbuf,
+        slot: u16,
+        d: Desc,
+        keep: &mut bool,
+        cache: &mut PoolCache,
+    ) -> Result<(), DataError> {
+        *keep = *keep && m.extend_from(&self.bytes(slot, d), cache);
+        Ok(())
     }
 }
 
@@ -284,19 +286,41 @@ pub(crate) struct FromParked<'a> {
 
 impl Source for FromParked<'_> {
     const END: PeerCounter = PeerCounter::Tail;
+    const PARKED: bool = true;
 
     #[inline(always)]
     fn prefetch(&self, _: &Ring, _: u16) {}
 
     #[inline(always)]
-    fn take(
+    fn parked(&mut self, slot: u16, d: Desc, cache: &mut PoolCache) -> Result<Mbuf, DataError> {
+        self.buffer(slot, d, cache)
+    }
+
+    #[inline(always)]
+    fn add(
         &mut self,
-        frame: &mut Option<Mbuf>,
-        keep: bool,
+        m: &mut Mbuf,
         slot: u16,
         d: Desc,
+        keep: &mut bool,
         cache: &mut PoolCache,
-    ) -> Result<Seg, DataError> {
+    ) -> Result<(), DataError> {
+        let seg = self.buffer(slot, d, cache)?;
+        // A chain in zero copy: the buffers become the packet's segments.
+        if !*keep {
+            cache.free(seg);
+        } else if let Err(seg) = m.chain(seg) {
+            *keep = false;
+            cache.free(seg);
+        }
+        Ok(())
+    }
+}
+
+impl FromParked<'_> {
+    /// The buffer parked in `slot`, holding the `d.length` bytes the server wrote into it.
+    #[inline(always)]
+    fn buffer(&mut self, slot: u16, d: Desc, cache: &mut PoolCache) -> Result<Mbuf, DataError> {
         let Some(mut m) = self
             .parked
             .get_mut((slot & self.mask) as usize)
@@ -309,19 +333,6 @@ impl Source for FromParked<'_> {
             cache.free(m);
             return Err(too_long(slot, d.length, capacity));
         }
-        match frame {
-            None => *frame = Some(m),
-            Some(f) if keep => {
-                if let Err(m) = f.chain(m) {
-                    cache.free(m);
-                    return Ok(Seg::Lost);
-                }
-            }
-            Some(_) => {
-                cache.free(m);
-                return Ok(Seg::Lost);
-            }
-        }
-        Ok(Seg::Taken)
+        Ok(m)
     }
 }

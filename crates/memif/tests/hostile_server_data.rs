@@ -378,6 +378,20 @@ impl Session {
     }
 }
 
+/// Publishes a two-slot chain on a fresh session whose second slot is one byte over the
+/// buffer the client posted in it.
+fn bend_second_of_chain(s: &Session) {
+    let mut d = s.s2c.read_desc(0);
+    d.length = 64;
+    d.flags = DESC_FLAG_NEXT;
+    s.s2c.write_desc(0, d);
+    let mut d = s.s2c.read_desc(1);
+    d.length += 1;
+    d.flags = 0;
+    s.s2c.write_desc(1, d);
+    s.s2c.tail().store(2, Release);
+}
+
 /// Good traffic both ways on a fresh session: the fake server is right about the protocol, so
 /// what the mistakes below provoke is the client's doing. Returns the number of frames received.
 fn good_traffic(c: &mut Client, s: &mut Session, received_so_far: usize) -> usize {
@@ -424,6 +438,13 @@ fn poll_a_hostile_server_is_disconnected_with_the_reason_and_the_client_reconnec
     d.length = BSIZE + 1;
     s.s2c.write_desc(0, d);
     s.s2c.tail().store(1, Release);
+    s.expect_disconnect("Descriptor longer than its buffer");
+    rx_errors += 1;
+    assert_eq!(c.stats().0.errors, rx_errors);
+
+    // The same inside a chain: the second slot of a frame is over its buffer.
+    let s = srv.accept();
+    bend_second_of_chain(&s);
     s.expect_disconnect("Descriptor longer than its buffer");
     rx_errors += 1;
     assert_eq!(c.stats().0.errors, rx_errors);
@@ -522,7 +543,7 @@ fn poll_a_hostile_server_is_disconnected_with_the_reason_and_the_client_reconnec
     assert_eq!(c.stats().0.errors, rx_errors);
     assert_eq!(c.stats().1.errors, tx_errors);
     let p = c.port.lock().unwrap();
-    assert_eq!(p.connects, 7, "one connection per case");
+    assert_eq!(p.connects, 8, "one connection per case");
 }
 
 /// The same checks in zero copy: the server writes straight into the client's pool buffers
@@ -544,6 +565,13 @@ fn poll_a_hostile_server_in_zero_copy_is_disconnected_with_the_reason() {
     d.length += 1;
     s.s2c.write_desc(t, d);
     s.s2c.tail().store(t.wrapping_add(1), Release);
+    s.expect_disconnect("Descriptor longer than its buffer");
+    rx_errors += 1;
+    assert_eq!(c.stats().0.errors, rx_errors);
+
+    // The same inside a chain.
+    let s = srv.accept();
+    bend_second_of_chain(&s);
     s.expect_disconnect("Descriptor longer than its buffer");
     rx_errors += 1;
     assert_eq!(c.stats().0.errors, rx_errors);

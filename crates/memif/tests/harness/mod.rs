@@ -860,6 +860,14 @@ impl Harness {
 
     /// An honest peer sends up to `lens.len()` frames to us on our rx ring.
     pub fn peer_send(&self, lens: &[usize]) {
+        self.peer_send_bent(lens, 0, 0)
+    }
+
+    /// As [`Harness::peer_send`], then one descriptor of what was sent is bent before the
+    /// counter moves: `how` 1: slot `which` (mod the slots sent) one byte or more over its
+    /// buffer; 2: NEXT on the last slot; 3: NEXT cleared on slot `which`; 4: slot `which`
+    /// pointed outside every region. Chains are where these hide.
+    pub fn peer_send_bent(&self, lens: &[usize], how: u8, which: u16) {
         let ring = self.rx_ring_off();
         let r = self.ring(ring);
         let mut mem = self.snapshot();
@@ -925,6 +933,35 @@ impl Harness {
                 used += 1;
             }
         }
+        if used > 0 {
+            let last = at.wrapping_add(used - 1);
+            let slot = at.wrapping_add(which % used);
+            let mut d = mem.desc(ring, self.mask, slot);
+            match how % 5 {
+                1 => {
+                    let cap = match self.kind {
+                        Kind::ClientZeroCopy => self.pool.data_room(),
+                        _ => self.bsize,
+                    };
+                    d.length = cap + 1 + (which as u32 >> 8);
+                    mem.set_desc(ring, self.mask, slot, d);
+                }
+                2 => {
+                    let mut l = mem.desc(ring, self.mask, last);
+                    l.flags |= NEXT;
+                    mem.set_desc(ring, self.mask, last, l);
+                }
+                3 => {
+                    d.flags &= !NEXT;
+                    mem.set_desc(ring, self.mask, slot, d);
+                }
+                4 => {
+                    d.offset = u32::MAX - (which as u32);
+                    mem.set_desc(ring, self.mask, slot, d);
+                }
+                _ => {}
+            }
+        }
         // Descriptors first, then the counter (Release, as a peer must).
         self.region0
             .write_bytes(
@@ -957,7 +994,8 @@ impl Harness {
             r.tail().store(head, std::sync::atomic::Ordering::Release);
         } else {
             let mut h = head;
-            let cap = cap.clamp(1, self.bsize);
+            // A capacity of 0 now and then: a slot with no room for anything.
+            let cap = cap % (self.bsize + 1);
             while h.wrapping_sub(tail) < self.size {
                 let off = self.base(ring) + (h & self.mask) as usize * self.bsize as usize;
                 self.poke_desc(false, h, 0, 0, cap, off as u32);
@@ -1008,7 +1046,8 @@ impl Input<'_> {
 ///
 /// 0 raw bytes anywhere · 1 a descriptor (aimed near the buffers, or wild) · 2 a peer counter
 /// (absolute or a signed delta) · 3 one of our own counters in shared memory · 4 rx burst ·
-/// 5 tx burst · 6, 7 an honest peer sends · 8, 9 an honest peer takes / posts · 10 reconnect ·
+/// 5 tx burst · 6 an honest peer sends · 7 it sends with one descriptor bent · 8, 9 an honest
+/// peer takes / posts · 10 reconnect ·
 /// 11 rx and tx bursts.
 pub fn run(data: &[u8]) -> Harness {
     let mut inp = Input { data, at: 0 };
@@ -1106,10 +1145,15 @@ fn program(h: &mut Harness, inp: &mut Input) {
                     .collect();
                 h.tx(&lens);
             }
-            6 | 7 => {
+            op @ (6 | 7) => {
                 let n = 1 + inp.u8() as usize % 8;
                 let lens: Vec<usize> = (0..n).map(|_| inp.u16() as usize % 3000).collect();
-                h.peer_send(&lens);
+                if op == 6 {
+                    h.peer_send(&lens);
+                } else {
+                    let (how, which) = (inp.u8(), inp.u16());
+                    h.peer_send_bent(&lens, how, which);
+                }
             }
             8 | 9 => {
                 let cap = inp.u16() as u32;
