@@ -8,14 +8,15 @@
 # p20 the slow one) and B/A at each.
 #
 #   benches/ab-builds.sh A_BIN B_BIN [--seconds N] [--rounds N] [--sizes "64 1518"] [--pairs "..."]
-#   pairs: memif memif-zc memnic-h2g memnic-g2h
+#   pairs: memif memif-zc memnic-h2g memnic-g2h tester (memnic-tester's `memnic` variant: one 1-s
+#   trial per run, so its samples are 1-s windows too)
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: ab-builds.sh A_BIN B_BIN [--seconds N] [--rounds N] [--sizes \"64 1518\"] [--pairs \"memif memif-zc memnic-h2g memnic-g2h\"]" >&2; exit 2; }
 A=$(realpath "$1"); B=$(realpath "$2"); shift 2
 T=6
 ROUNDS=4
 SIZES="64 1518"
-PAIRS="memif memif-zc memnic-h2g memnic-g2h"
+PAIRS="memif memif-zc memnic-h2g memnic-g2h tester"
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) T=$2; shift 2 ;;
@@ -27,6 +28,8 @@ while [ $# -gt 0 ]; do
 done
 DIR=$(mktemp -d)
 SHM=memnic-ab-$$
+# Every sample, "build pair size pps" (keep it with SAMPLES=FILE).
+SAMPLES=${SAMPLES:-$DIR/samples}
 trap 'pkill -INT -P $$ 2>/dev/null || true; rm -rf "$DIR"; rm -f /dev/shm/$SHM' EXIT
 
 # run BIN PAIR SIZE -> appends the receiver's samples (pps) to stdout, one per line
@@ -34,6 +37,10 @@ run() {
     local bin=$1 pair=$2 size=$3 rx tx
     rm -f /dev/shm/$SHM "$DIR/sock"
     case $pair in
+        tester)
+            "$bin" tester --variant memnic --sizes "$size" --trials 1 --duration-ms 1000 --json 2>/dev/null |
+                grep -o '"mpps": *[0-9.]*' | head -1 | awk -F: '{printf "%.0f\n", $2 * 1e6}' || true
+            return 0 ;;
         memif|memif-zc)
             local zc=""; [ "$pair" = memif-zc ] && zc=",zero-copy=yes"
             timeout -s INT $((T + 8)) "$bin" testpmd -l 0 --vdev "memif0,role=server,socket=$DIR/sock" \
@@ -55,7 +62,7 @@ run() {
             wait $rx || true
             cp "$DIR/$log.log" "$DIR/rx.log" ;;
     esac
-    grep -a 'Rx-pps:' "$DIR/rx.log" | awk '$2>0{print $2}' | head -n -1 | tail -n +3
+    grep -a 'Rx-pps:' "$DIR/rx.log" | awk '$2>0{print $2}' | head -n -1 | tail -n +3 || true
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -64,7 +71,7 @@ for r in $(seq 1 "$ROUNDS"); do
         for size in $SIZES; do
             for v in $order; do
                 bin=$A; [ "$v" = B ] && bin=$B
-                run "$bin" "$pair" "$size" | sed "s/^/$v $pair $size /" >>"$DIR/samples"
+                run "$bin" "$pair" "$size" | sed "s/^/$v $pair $size /" >>"$SAMPLES" || true
                 printf '.' >&2
             done
         done
@@ -73,10 +80,10 @@ done
 echo >&2
 
 q() { # variant pair size quantile
-    awk -v v="$1" -v p="$2" -v s="$3" '$1==v && $2==p && $3==s {print $4}' "$DIR/samples" | sort -n |
+    awk -v v="$1" -v p="$2" -v s="$3" '$1==v && $2==p && $3==s {print $4}' "$SAMPLES" | sort -n |
         awk -v q="$4" '{a[NR]=$1} END{ if (NR==0) {print 0; exit} i=int(q*(NR-1))+1; printf "%.3f\n", a[i]/1e6 }'
 }
-n() { awk -v v="$1" -v p="$2" -v s="$3" '$1==v && $2==p && $3==s' "$DIR/samples" | wc -l; }
+n() { awk -v v="$1" -v p="$2" -v s="$3" '$1==v && $2==p && $3==s' "$SAMPLES" | wc -l; }
 echo "A = $A"
 echo "B = $B"
 echo "$ROUNDS rounds alternating A and B, ${T} s per run; Mpps at the 20th / 50th / 80th percentile of the receiver's 1-s samples"
