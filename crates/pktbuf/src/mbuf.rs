@@ -400,7 +400,15 @@ impl Mbuf {
     }
 
     /// Copies packet bytes `off..off + dst.len()` (across segments) into private memory.
+    #[inline(always)]
     pub fn copy_out(&self, off: usize, dst: &mut [u8]) -> bool {
+        if let Some(w) = self.lone_range(off, dst.len()) {
+            return w.read(0, dst).is_ok();
+        }
+        self.copy_out_slow(off, dst)
+    }
+
+    fn copy_out_slow(&self, off: usize, dst: &mut [u8]) -> bool {
         let mut done = 0;
         self.walk(off, dst.len(), |seg, at, n| {
             match seg.as_slice() {
@@ -416,7 +424,15 @@ impl Mbuf {
     }
 
     /// Copies packet bytes `off..off + dst.len()` (across segments) into a window.
+    #[inline(always)]
     pub fn copy_out_to(&self, off: usize, dst: &VolatileSlice<'_>) -> bool {
+        if let Some(w) = self.lone_range(off, dst.len()) {
+            return w.copy_to(dst).is_ok();
+        }
+        self.copy_out_to_slow(off, dst)
+    }
+
+    fn copy_out_to_slow(&self, off: usize, dst: &VolatileSlice<'_>) -> bool {
         let mut done = 0;
         self.walk(off, dst.len(), |seg, at, n| {
             let d = dst.subslice(done, n).expect("in dst");
@@ -435,7 +451,19 @@ impl Mbuf {
 
     /// Copies `src` into packet bytes `off..off + src.len()`; false (nothing written) if the
     /// range is outside the packet or covers an external (read-only) segment.
+    #[inline(always)]
     pub fn copy_in(&mut self, off: usize, src: &[u8]) -> bool {
+        if self.kind != SegKind::External {
+            if let Some(w) = self.lone_range(off, src.len()) {
+                // Ours to write (private or our own shared pool), and no reference to its bytes
+                // exists while self is borrowed mutably.
+                return w.write(0, src).is_ok();
+            }
+        }
+        self.copy_in_slow(off, src)
+    }
+
+    fn copy_in_slow(&mut self, off: usize, src: &[u8]) -> bool {
         if !self.walk(off, src.len(), |seg, _, _| seg.kind != SegKind::External) {
             return false;
         }
@@ -464,6 +492,18 @@ impl Mbuf {
             done += n;
             true
         })
+    }
+
+    /// Bytes `off..off + len` of a lone segment, as a window (the fast path of the copies).
+    #[inline(always)]
+    fn lone_range(&self, off: usize, len: usize) -> Option<VolatileSlice<'_>> {
+        if self.nb_segs != 1 {
+            return None;
+        }
+        match off.checked_add(len) {
+            Some(end) if end <= self.data_len as usize => self.seg_window().subslice(off, len).ok(),
+            _ => None,
+        }
     }
 
     /// The whole packet, copied into a new vector (tests and diagnostics; never the hot path).
