@@ -130,21 +130,24 @@ fn dpdk_txpkts(size: usize) -> String {
     format!("--txpkts={}", segs.join(","))
 }
 
-/// What our side received from DPDK's txonly: every frame whole; plain frames: many, none bad.
+/// What our side received from DPDK's txonly: plain frames: many, all whole, none bad.
 fn check_we_received(j: &serde_json::Value, size: usize, dtx: u64) {
     let (rx, errors) = (n(j, "rx_packets"), n(j, "rx_errors"));
-    // Whatever DPDK does, what we hand up is whole frames of the size it sent (our rx chains
-    // frames longer than one buffer).
-    assert_eq!(
-        n(j, "rx_bytes"),
-        rx * size as u64,
-        "size {size}: {rx} frames, but not {size} bytes each"
-    );
     if size > 2048 {
-        // DPDK 22.11 mishandles chains on its tx in either role (seen: head moved more than a
-        // ring's worth past what we published, chains in slots we had not handed back, its
-        // own tx counter at 0 while we received frames): we take what passes the bounds
-        // checks, whole, and disconnect on the overrun; how many depends on DPDK.
+        // DPDK 22.11's memif tx (either role) moves to a chain's next slot while its count of
+        // free slots is still 1, so a chain that meets the end of the free slots is written one
+        // slot past them: over the first slot of the oldest frame we have not read yet, and its
+        // free count wraps, so it writes on past our head. Flooded by txonly it always gets there.
+        // What we hand up then is whatever DPDK left in those descriptors (seen: 2048-byte and
+        // 808-byte fragments, 11048-byte frames); we only promise to stay inside our buffers,
+        // which the hostile-peer tests check, and to disconnect when its counter passes ours
+        // (an error; sometimes before our first burst, so nothing is received). Chained frames
+        // both ways, with DPDK kept off that edge, are checked whole and in order by
+        // poll_chained_round_trip_through_dpdk_macswap_is_clean.
+        assert!(
+            rx + errors > 0,
+            "size {size}: we neither received nor refused any of DPDK's {dtx}"
+        );
         return;
     }
     assert!(rx > 1000, "size {size}: we received {rx} of DPDK's {dtx}");
@@ -374,7 +377,9 @@ fn poll_dpdk_zero_copy_client_to_our_server() {
 
 /// Our client generates verified frames, DPDK's server swaps MACs and sends them back; with a
 /// window below the ring size nothing may be lost, corrupted, duplicated or reordered.
-fn round_trip_through_dpdk_macswap(tag: &str, zero_copy: bool, size: &str) {
+fn round_trip_through_dpdk_macswap(tag: &str, zero_copy: bool, size: &str, window: &str) {
+    // Our buffers hold a whole frame; the memif slots (2 KiB) chain what is longer.
+    let mbuf_size = (size.parse::<usize>().unwrap() + 128).max(2176).to_string();
     if !have_dpdk() {
         return;
     }
@@ -409,9 +414,11 @@ fn round_trip_through_dpdk_macswap(tag: &str, zero_copy: bool, size: &str) {
         "txonly",
         "--verify",
         "--window",
-        "256",
+        window,
         "--txpkts",
         size,
+        "--mbuf-size",
+        &mbuf_size,
         "--duration",
         "4",
         "--json",
@@ -423,17 +430,27 @@ fn round_trip_through_dpdk_macswap(tag: &str, zero_copy: bool, size: &str) {
     for k in ["lost", "corrupted", "duplicated", "reordered"] {
         assert_eq!(n(&j, k), 0, "{k}: {j}");
     }
-    assert!(n(&j, "tx_packets") - n(&j, "rx_packets") <= 256, "{j}");
+    let window: u64 = window.parse().unwrap();
+    assert!(n(&j, "tx_packets") - n(&j, "rx_packets") <= window, "{j}");
 }
 
 #[test]
 fn poll_round_trip_through_dpdk_macswap_is_clean() {
-    round_trip_through_dpdk_macswap("macswap", false, "128");
+    round_trip_through_dpdk_macswap("macswap", false, "128", "256");
 }
 
 /// The same with our client in zero-copy mode: DPDK's server copies straight into our pool
 /// buffers and reads straight out of them.
 #[test]
 fn poll_zero_copy_round_trip_through_dpdk_macswap_is_clean() {
-    round_trip_through_dpdk_macswap("zcmacswap", true, "1518");
+    round_trip_through_dpdk_macswap("zcmacswap", true, "1518", "256");
+}
+
+/// Chained frames both ways through DPDK: 9000-byte frames are chains of five 2 KiB slots on each
+/// ring and five-segment packets on both sides. The window (64 frames, 320 slots) keeps DPDK's
+/// tx from running its ring down to a few free slots, where DPDK 22.11 writes one slot past the
+/// free ones (see `check_we_received`).
+#[test]
+fn poll_chained_round_trip_through_dpdk_macswap_is_clean() {
+    round_trip_through_dpdk_macswap("chainmacswap", false, "9000", "64");
 }
