@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use memnic_ethdev::{MacAddr, Mbuf, PoolCache, RxQueue, SegKind, TxQueue, MAX_BURST};
+use memnic_ethdev::{MacAddr, Mbuf, PoolCache, RxQueue, TxQueue, MAX_BURST};
 
 use crate::pkt::{self, HDRS, IP_DST, IP_SRC};
 use crate::verify::{Verifier, VerifyCounts};
@@ -281,35 +281,46 @@ impl Stream {
             self.cache.alloc_up_to(&mut self.pending, want);
             let len = cfg.txpkts;
             let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);
+            // One set of headers for the burst, copied into each frame (DPDK's txonly copies
+            // its template likewise); rebuilt per frame only when each goes to another flow.
+            let mut hdr = [0u8; HDRS];
+            if !many_flows {
+                pkt::write_headers(&mut hdr, dst, src, IP_SRC, IP_DST, len);
+            }
             for m in self.pending.iter_mut() {
                 if !m.set_len(len) {
                     continue; // frames longer than the buffer: --mbuf-size is checked at start-up
                 }
-                // A shared pool's buffer is built in private memory and copied in.
-                let in_place = m.kind() == SegKind::Private;
-                if !in_place {
-                    self.scratch.resize(len, 0);
-                }
-                let f = match m.as_mut_slice() {
-                    Some(f) => f,
-                    None => &mut self.scratch[..len],
-                };
-                let ip_dst = if many_flows {
+                if many_flows {
                     self.flow_cursor = (self.flow_cursor + 1) % cfg.flows.max(1);
                     let c = self.flow_cursor;
-                    [198, 18, (c >> 8) as u8, c as u8]
-                } else {
-                    IP_DST
-                };
-                pkt::write_headers(&mut f[..HDRS], dst, src, IP_SRC, ip_dst, len);
-                if cfg.verify {
-                    pkt::write_payload(f, self.seq, self.flow, self.session);
-                    self.seq += 1;
+                    let ip_dst = [198, 18, (c >> 8) as u8, c as u8];
+                    pkt::write_headers(&mut hdr, dst, src, IP_SRC, ip_dst, len);
                 }
-                if !in_place {
-                    // Only what was written: the headers, or the whole verified frame.
-                    let written = if cfg.verify { len } else { HDRS };
-                    m.copy_in(0, &self.scratch[..written]);
+                if !cfg.verify {
+                    match m.as_mut_slice() {
+                        Some(f) => f[..HDRS].copy_from_slice(&hdr),
+                        None => {
+                            m.copy_in(0, &hdr);
+                        }
+                    }
+                    continue;
+                }
+                // A verified frame is written whole: in place in a private buffer; a shared
+                // pool's is built in private memory and copied in.
+                let (seq, flow, session) = (self.seq, self.flow, self.session);
+                self.seq += 1;
+                let build = |f: &mut [u8]| {
+                    f[..HDRS].copy_from_slice(&hdr);
+                    pkt::write_payload(f, seq, flow, session);
+                };
+                match m.as_mut_slice() {
+                    Some(f) => build(f),
+                    None => {
+                        self.scratch.resize(len, 0);
+                        build(&mut self.scratch[..len]);
+                        m.copy_in(0, &self.scratch[..len]);
+                    }
                 }
             }
         }
@@ -335,7 +346,7 @@ mod tests {
 
     use std::sync::{Arc, Mutex};
 
-    use memnic_ethdev::{ExtPool, Mempool, QueueStats};
+    use memnic_ethdev::{ExtPool, Mempool, QueueStats, SegKind};
     use memnic_pktbuf::PoolConfig;
     use memnic_shm::Region;
 
@@ -407,6 +418,65 @@ mod tests {
         s.forward(&cfg);
         let out = std::mem::take(&mut *sent.lock().unwrap());
         (out, s.counters)
+    }
+
+    /// txonly and flowgen frames, in private buffers and in a pool a peer maps (copied in): the
+    /// peer's MAC then ours, IPv4 with a valid checksum and the frame's lengths, UDP; flowgen's
+    /// destination address walks the flows frame by frame.
+    #[test]
+    fn generated_frames_carry_whole_headers_in_private_and_shared_pools() {
+        use crate::pkt::{ETH_HDR, IP_HDR};
+        let ours = MacAddr([2, 0, 0, 0, 0, 0x33]);
+        for shared in [false, true] {
+            for (mode, flows) in [(FwdMode::TxOnly, 1), (FwdMode::FlowGen, 3)] {
+                let p = pool(&format!("gen-{shared}-{flows}"), 64, shared);
+                let sent = Arc::new(Mutex::new(Vec::new()));
+                let spec = StreamSpec {
+                    rx_port: 0,
+                    rx_queue: 0,
+                    tx_port: 1,
+                    tx_queue: 0,
+                };
+                let mut s = Stream::new(
+                    spec,
+                    0,
+                    Box::new(FeedRx(Vec::new())),
+                    Box::new(KeepTx(sent.clone())),
+                    (p.cache(), p.cache()),
+                    ours,
+                );
+                let cfg = FwdConfig {
+                    mode,
+                    txpkts: 100,
+                    flows,
+                    ..FwdConfig::default()
+                };
+                s.forward(&cfg);
+                s.forward(&cfg);
+                let out = std::mem::take(&mut *sent.lock().unwrap());
+                assert_eq!(out.len(), 2 * cfg.burst, "{mode:?}");
+                for (i, m) in out.iter().enumerate() {
+                    let what = format!("{mode:?}, shared {shared}, frame {i}");
+                    let f = m.to_vec();
+                    assert_eq!(f.len(), 100, "{what}");
+                    assert_eq!(&f[0..6], &cfg.peer_mac(1).0, "{what}: destination");
+                    assert_eq!(&f[6..12], &ours.0, "{what}: source");
+                    assert_eq!(&f[12..14], &[8, 0], "{what}: IPv4");
+                    let ip = &f[ETH_HDR..ETH_HDR + IP_HDR];
+                    assert_eq!(pkt::ip_checksum(ip), 0, "{what}: IP checksum");
+                    assert_eq!(u16::from_be_bytes([ip[2], ip[3]]), 86, "{what}: IP length");
+                    let dst = if mode == FwdMode::FlowGen {
+                        let c = (i + 1) as u32 % flows;
+                        [198, 18, (c >> 8) as u8, c as u8]
+                    } else {
+                        IP_DST
+                    };
+                    assert_eq!(&ip[16..20], &dst, "{what}: IP destination");
+                    let udp_len = u16::from_be_bytes([f[HDRS - 4], f[HDRS - 3]]);
+                    assert_eq!(udp_len, 66, "{what}: UDP length");
+                }
+            }
+        }
     }
 
     #[test]

@@ -517,8 +517,10 @@ impl MemifTxQueue {
                     // read them last, and fetching them one store at a time serialises the copy.
                     let next = layout.offset(head.wrapping_add(slots as u16));
                     let len = pkts[sent + 1].len().min(bsize as usize);
-                    for line in (0..len).step_by(64) {
+                    let mut line = 0;
+                    while line < len {
                         layout.region.prefetch_write(next + line);
+                        line += 64;
                     }
                 }
                 let Some(used) = write_frame(&layout, m, head, free)? else {
