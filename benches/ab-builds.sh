@@ -99,3 +99,43 @@ for pair in $PAIRS; do
             "$(ratio $a20 $b20)" "$(ratio $a50 $b50)" "$(ratio $a80 $b80)"
     done
 done
+
+# The machine's two states, apart: a pair's samples (both builds) split at the geometric mean
+# of their 10th and 90th percentiles when those differ by more than 1.6x (else one state).
+# Per state: each build's median and sample count, and B/A of the medians.
+echo
+echo "Per state (samples split at sqrt(p10*p90) of both builds' samples; median Mpps, n):"
+printf '%-11s %5s | %-30s | %-30s\n' pair size "slow: A  B  B/A" "fast: A  B  B/A"
+printf -- '------------------+--------------------------------+-------------------------------\n'
+for pair in $PAIRS; do
+    for size in $SIZES; do
+        awk -v p="$pair" -v s="$size" '$2==p && $3==s {print $1, $4}' "$SAMPLES" | sort -k2,2n | awk -v p="$pair" -v s="$size" '
+            { v[NR]=$1; x[NR]=$2 }
+            function med(arr, n,   i, j, t, k, y) {
+                if (n == 0) return 0
+                k = 0; for (i in arr) y[++k] = arr[i]
+                for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (y[j] < y[i]) { t = y[i]; y[i] = y[j]; y[j] = t }
+                return (n % 2) ? y[(n + 1) / 2] : (y[n / 2] + y[n / 2 + 1]) / 2
+            }
+            END {
+                if (NR == 0) exit
+                lo = x[int(0.1 * (NR - 1)) + 1]; hi = x[int(0.9 * (NR - 1)) + 1]
+                cut = (lo > 0 && hi / lo > 1.6) ? sqrt(lo * hi) : hi + 1
+                for (i = 1; i <= NR; i++) {
+                    st = (x[i] >= cut) ? "fast" : "slow"
+                    c[v[i] st]++; d[v[i] st, c[v[i] st]] = x[i]
+                }
+                line = sprintf("%-11s %5s |", p, s)
+                for (k = 1; k <= 2; k++) {
+                    st = (k == 1) ? "slow" : "fast"
+                    delete A; delete B
+                    for (i = 1; i <= c["A" st]; i++) A[i] = d["A" st, i]
+                    for (i = 1; i <= c["B" st]; i++) B[i] = d["B" st, i]
+                    ma = med(A, c["A" st]); mb = med(B, c["B" st])
+                    r = (ma > 0 && mb > 0) ? sprintf("%.2f", mb / ma) : "-"
+                    line = line sprintf(" %6.2f n=%-2d %6.2f n=%-2d %5s |", ma / 1e6, c["A" st], mb / 1e6, c["B" st], r)
+                }
+                print line
+            }'
+    done
+done

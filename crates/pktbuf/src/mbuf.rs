@@ -358,12 +358,45 @@ impl Mbuf {
         })
     }
 
+    /// A lone private segment's first `n` bytes from the data offset (`n` at least its length,
+    /// at most its capacity: a copy rounded up), as a plain slice; None for any other packet.
+    #[inline(always)]
+    pub fn as_slice_padded(&self, n: usize) -> Option<&[u8]> {
+        if self.nb_segs != 1 || n < self.data_len as usize {
+            return None;
+        }
+        self.private_upto(n)
+    }
+
+    /// `len` bytes of a private segment's buffer from the data offset, for reading.
+    #[inline(always)]
+    fn private_upto(&self, len: usize) -> Option<&[u8]> {
+        if self.kind != SegKind::Private || len > self.capacity() {
+            return None;
+        }
+        // SAFETY: private memory owned by this Mbuf, data_off + len <= buf_len (checked); pool
+        // buffers are initialised memory, and &self allows only reads.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.buf.as_ptr().add(self.data_off as usize), len)
+        })
+    }
+
+    /// The first `n` bytes of a lone segment's buffer into `dst`: from a private buffer a plain
+    /// write (no overlap is possible), from any other a window copy.
+    #[inline(always)]
+    fn lone_copy_to(&self, n: usize, dst: &VolatileSlice<'_>) -> bool {
+        match self.private_upto(n) {
+            Some(src) => dst.write(0, src).is_ok(),
+            None => self.window(n).copy_to(dst).is_ok(),
+        }
+    }
+
     /// Copies the whole packet to the start of `dst`; false if `dst` is shorter.
     #[inline(always)]
     pub fn copy_to(&self, dst: &VolatileSlice<'_>) -> bool {
         let len = self.pkt_len as usize;
         if self.nb_segs == 1 {
-            return self.window(len).copy_to(dst).is_ok();
+            return self.lone_copy_to(len, dst);
         }
         match dst.subslice(0, len) {
             Ok(d) => self.copy_out_to(0, &d),
@@ -391,7 +424,7 @@ impl Mbuf {
             if n > dst.len() {
                 return false;
             }
-            return self.window(n).copy_to(dst).is_ok();
+            return self.lone_copy_to(n, dst);
         }
         match dst.subslice(0, len) {
             Ok(d) => self.copy_out_to(0, &d),

@@ -431,3 +431,26 @@ fn fill_and_padded_copies() {
         assert_eq!(out[..50], [5u8; 50]);
     }
 }
+
+/// `as_slice_padded` gives a lone private segment's bytes rounded up within its buffer, and
+/// nothing for a shorter length, past the capacity, a chain or a buffer a peer sees.
+#[test]
+fn as_slice_padded_only_for_a_lone_private_segment_within_its_buffer() {
+    let p = pool(8, false);
+    let m = filled(&p, &[7u8; 40]);
+    let cap = m.capacity();
+    let s = m.as_slice_padded(64).expect("private, 64 <= capacity");
+    assert_eq!(s.len(), 64);
+    assert_eq!(&s[..40], &[7u8; 40]);
+    assert!(m.as_slice_padded(39).is_none(), "shorter than the frame");
+    assert!(m.as_slice_padded(cap + 1).is_none(), "past the buffer");
+    assert_eq!(m.as_slice_padded(cap).map(<[u8]>::len), Some(cap));
+    let mut head = filled(&p, &[1u8; 40]);
+    head.chain(filled(&p, &[2u8; 40])).unwrap();
+    assert!(head.as_slice_padded(96).is_none(), "a chain");
+    let shared = pool(8, true);
+    assert!(
+        filled(&shared, &[3u8; 40]).as_slice_padded(64).is_none(),
+        "a shared buffer"
+    );
+}
