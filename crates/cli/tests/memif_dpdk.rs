@@ -404,28 +404,41 @@ fn round_trip_through_dpdk_macswap(tag: &str, zero_copy: bool, size: &str, windo
         "memif0,role=client,socket={},socket-abstract=no,zero-copy={zc}",
         sock.0
     );
-    let out = common::spawn(&[
-        "testpmd",
-        "-l",
-        "1",
-        "--vdev",
-        &dev,
-        "--forward-mode",
-        "txonly",
-        "--verify",
-        "--window",
-        window,
-        "--txpkts",
-        size,
-        "--mbuf-size",
-        &mbuf_size,
-        "--duration",
-        "4",
-        "--json",
-    ])
-    .wait(Duration::from_secs(30));
+    let run = || {
+        let out = common::spawn(&[
+            "testpmd",
+            "-l",
+            "1",
+            "--vdev",
+            &dev,
+            "--forward-mode",
+            "txonly",
+            "--verify",
+            "--window",
+            window,
+            "--txpkts",
+            size,
+            "--mbuf-size",
+            &mbuf_size,
+            "--duration",
+            "4",
+            "--json",
+        ])
+        .wait(Duration::from_secs(30));
+        json_of(&out)
+    };
+    // On a loaded machine DPDK may start forwarding after our first window is out: nothing
+    // comes back and the window never opens (seen once in CI). Only that case, nothing ever
+    // echoed, is run again, twice at most; every other outcome is judged as it is.
+    let mut j = run();
+    for _ in 0..2 {
+        if n(&j, "rx_packets") > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        j = run();
+    }
     let _ = stop_dpdk(peer);
-    let j = json_of(&out);
     assert!(n(&j, "good") > 10_000, "{j}");
     for k in ["lost", "corrupted", "duplicated", "reordered"] {
         assert_eq!(n(&j, k), 0, "{k}: {j}");
