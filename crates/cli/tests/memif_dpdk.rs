@@ -440,7 +440,13 @@ fn round_trip_through_dpdk_macswap(tag: &str, zero_copy: bool, size: &str, windo
     }
     let _ = stop_dpdk(peer);
     assert!(n(&j, "good") > 10_000, "{j}");
-    for k in ["lost", "corrupted", "duplicated", "reordered"] {
+    for k in [
+        "lost",
+        "corrupted",
+        "duplicated",
+        "reordered",
+        "unknown_flows",
+    ] {
         assert_eq!(n(&j, k), 0, "{k}: {j}");
     }
     let window: u64 = window.parse().unwrap();

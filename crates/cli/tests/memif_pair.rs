@@ -69,7 +69,13 @@ fn poll_client_and_server_copy_and_zero_copy_two_queue_pairs_verified() {
             let (tx, rx) = if client_sends { (&cj, &sj) } else { (&sj, &cj) };
             let what = format!("zero-copy={zero_copy} client_sends={client_sends}");
             assert!(n(rx, "good") > 10_000, "{what}: {rx}");
-            for k in ["lost", "corrupted", "duplicated", "reordered"] {
+            for k in [
+                "lost",
+                "corrupted",
+                "duplicated",
+                "reordered",
+                "unknown_flows",
+            ] {
                 assert_eq!(n(rx, k), 0, "{what}: {k} in {rx}");
             }
             assert_eq!(n(rx, "good"), n(rx, "rx_packets"), "{what}");

@@ -17,7 +17,13 @@ fn n(v: &serde_json::Value, k: &str) -> u64 {
 }
 
 fn assert_clean(p: &serde_json::Value) {
-    for k in ["lost", "corrupted", "duplicated", "reordered"] {
+    for k in [
+        "lost",
+        "corrupted",
+        "duplicated",
+        "reordered",
+        "unknown_flows",
+    ] {
         assert_eq!(n(p, k), 0, "{k} in {p}");
     }
 }

@@ -205,8 +205,8 @@ pub fn nic_stats(p: &PortReport) -> String {
     if let Some(v) = &p.verify {
         let _ = writeln!(
             s,
-            "  Verify: good {}  lost {}  corrupted {}  duplicated {}  reordered {}",
-            v.good, v.lost, v.corrupted, v.duplicated, v.reordered
+            "  Verify: good {}  lost {}  corrupted {}  duplicated {}  reordered {}  unknown-flows {}",
+            v.good, v.lost, v.corrupted, v.duplicated, v.reordered, v.unknown_flows
         );
     }
     let _ = writeln!(s, "\n  Throughput (since last show)");
@@ -251,8 +251,8 @@ pub fn fwd_stats(ports: &[PortReport]) -> String {
         if let Some(v) = &p.verify {
             let _ = writeln!(
                 s,
-                "  Verify: good {}  lost {}  corrupted {}  duplicated {}  reordered {}",
-                v.good, v.lost, v.corrupted, v.duplicated, v.reordered
+                "  Verify: good {}  lost {}  corrupted {}  duplicated {}  reordered {}  unknown-flows {}",
+                v.good, v.lost, v.corrupted, v.duplicated, v.reordered, v.unknown_flows
             );
         }
         let _ = writeln!(s, "  {}", "-".repeat(76));

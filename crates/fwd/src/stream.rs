@@ -43,6 +43,7 @@ impl StreamCounters {
                 corrupted: v.corrupted - b.corrupted,
                 duplicated: v.duplicated - b.duplicated,
                 reordered: v.reordered - b.reordered,
+                unknown_flows: v.unknown_flows - b.unknown_flows,
             },
         }
     }
@@ -60,7 +61,7 @@ impl StreamCounters {
 #[derive(Default)]
 #[repr(align(64))]
 pub(crate) struct StreamCell {
-    v: [AtomicU64; 8],
+    v: [AtomicU64; 9],
 }
 
 impl StreamCell {
@@ -74,6 +75,7 @@ impl StreamCell {
             c.verify.corrupted,
             c.verify.duplicated,
             c.verify.reordered,
+            c.verify.unknown_flows,
         ];
         for (a, v) in self.v.iter().zip(vals) {
             // Relaxed: counters are read independently; a reader needs no order between them.
@@ -94,6 +96,7 @@ impl StreamCell {
                 corrupted: g(5),
                 duplicated: g(6),
                 reordered: g(7),
+                unknown_flows: g(8),
             },
         }
     }
@@ -418,6 +421,52 @@ mod tests {
         s.forward(&cfg);
         let out = std::mem::take(&mut *sent.lock().unwrap());
         (out, s.counters)
+    }
+
+    /// A frame of a flow id past the verifier's cap is counted (as corrupted and as an unknown
+    /// flow) in what the stream publishes, and appears in the JSON port report.
+    #[test]
+    fn frames_of_unknown_flows_reach_the_published_counters_and_the_json() {
+        let p = pool("unknown-flows", 16, false);
+        let mut input = Vec::new();
+        for (seq, flow) in [(0u64, 0u16), (0, 5000), (1, 0)] {
+            let mut f = frame(seq, 100);
+            pkt::write_payload(&mut f, seq, flow, 0);
+            let mut m = p.alloc().unwrap();
+            assert!(m.set_len(f.len()) && m.copy_in(0, &f));
+            input.push(m);
+        }
+        let spec = StreamSpec {
+            rx_port: 0,
+            rx_queue: 0,
+            tx_port: 0,
+            tx_queue: 0,
+        };
+        let mut s = Stream::new(
+            spec,
+            0,
+            Box::new(FeedRx(input)),
+            Box::new(KeepTx(Arc::new(Mutex::new(Vec::new())))),
+            (p.cache(), p.cache()),
+            MacAddr([2, 0, 0, 0, 0, 0x33]),
+        );
+        let cfg = FwdConfig {
+            mode: FwdMode::RxOnly,
+            verify: true,
+            ..FwdConfig::default()
+        };
+        s.forward(&cfg);
+        let c = s.cell().snapshot();
+        assert_eq!(c.verify.good, 2, "{c:?}");
+        assert_eq!(c.verify.corrupted, 1, "{c:?}");
+        assert_eq!(c.verify.unknown_flows, 1, "{c:?}");
+        assert_eq!(c.since(&StreamCounters::default()), c);
+        let report = crate::report::PortReport {
+            verify: Some(c.verify),
+            ..Default::default()
+        };
+        let j = serde_json::to_value(&report).unwrap();
+        assert_eq!(j["unknown_flows"], 1, "{j}");
     }
 
     /// txonly and flowgen frames, in private buffers and in a pool a peer maps (copied in): the

@@ -9,7 +9,7 @@ use crate::pkt::read_payload;
 
 /// Flows a [`Verifier::new`] tracks: the flow id our generator writes is its stream's index, and
 /// one engine runs far fewer streams than this. Frames of a flow id at or past the cap are
-/// counted as corrupted (and in [`Verifier::unknown_flows`]).
+/// counted as corrupted (and in [`VerifyCounts::unknown_flows`]).
 pub const DEFAULT_MAX_FLOWS: usize = 1024;
 
 /// Integrity counters. Every counter saturates at `u64::MAX`.
@@ -26,6 +26,9 @@ pub struct VerifyCounts {
     pub duplicated: u64,
     /// Frames that arrived after a later sequence number of their flow.
     pub reordered: u64,
+    /// Frames whose flow id is past the verifier's cap (also counted in `corrupted`): a peer
+    /// inventing flow ids, or more sending streams than the cap.
+    pub unknown_flows: u64,
 }
 
 impl VerifyCounts {
@@ -35,6 +38,7 @@ impl VerifyCounts {
         self.corrupted = self.corrupted.saturating_add(o.corrupted);
         self.duplicated = self.duplicated.saturating_add(o.duplicated);
         self.reordered = self.reordered.saturating_add(o.reordered);
+        self.unknown_flows = self.unknown_flows.saturating_add(o.unknown_flows);
     }
 }
 
@@ -59,8 +63,6 @@ pub struct Verifier {
     /// Indexed by flow id; allocated once, so checking a frame never allocates.
     flows: Box<[Flow]>,
     pub counts: VerifyCounts,
-    /// Frames whose flow id is past the cap (also counted in `counts.corrupted`).
-    pub unknown_flows: u64,
 }
 
 impl Default for Verifier {
@@ -81,7 +83,6 @@ impl Verifier {
         Verifier {
             flows: vec![UNSEEN; max_flows.min(1 << 16)].into_boxed_slice(),
             counts: VerifyCounts::default(),
-            unknown_flows: 0,
         }
     }
 
@@ -93,7 +94,7 @@ impl Verifier {
             return;
         };
         let Some(f) = self.flows.get_mut(p.flow as usize) else {
-            self.unknown_flows = self.unknown_flows.saturating_add(1);
+            c.unknown_flows = c.unknown_flows.saturating_add(1);
             c.corrupted = c.corrupted.saturating_add(1);
             return;
         };
@@ -188,7 +189,8 @@ mod tests {
                 lost: 1,
                 corrupted: 1,
                 duplicated: 2,
-                reordered: 1
+                reordered: 1,
+                unknown_flows: 0,
             }
         );
     }
@@ -263,6 +265,7 @@ mod tests {
             corrupted: u64::MAX,
             duplicated: u64::MAX,
             reordered: u64::MAX,
+            unknown_flows: u64::MAX,
         };
         let mut sum = full;
         sum.add(&full);
@@ -295,7 +298,10 @@ mod tests {
         }
         assert_eq!(v.counts.good, 2);
         assert_eq!(v.counts.corrupted, 3);
-        assert_eq!(v.unknown_flows, 3, "the unknown flow ids, told apart");
+        assert_eq!(
+            v.counts.unknown_flows, 3,
+            "the unknown flow ids, told apart"
+        );
         assert_eq!(Verifier::new().flows.len(), DEFAULT_MAX_FLOWS);
         assert_eq!(
             Verifier::with_max_flows(usize::MAX).flows.len(),
