@@ -398,7 +398,8 @@ mod tests {
         f
     }
 
-    fn run(mode: FwdMode, input: Vec<Mbuf>, private: &Mempool) -> (Vec<Mbuf>, StreamCounters) {
+    /// A stream from port 0 to port 1 (our MAC 02:..:33) fed `input`; what it sends is kept.
+    fn stream(input: Vec<Mbuf>, pool: &Mempool) -> (Stream, Arc<Mutex<Vec<Mbuf>>>) {
         let sent = Arc::new(Mutex::new(Vec::new()));
         let spec = StreamSpec {
             rx_port: 0,
@@ -406,14 +407,19 @@ mod tests {
             tx_port: 1,
             tx_queue: 0,
         };
-        let mut s = Stream::new(
+        let s = Stream::new(
             spec,
             0,
             Box::new(FeedRx(input)),
             Box::new(KeepTx(sent.clone())),
-            (private.cache(), private.cache()),
+            (pool.cache(), pool.cache()),
             MacAddr([2, 0, 0, 0, 0, 0x33]),
         );
+        (s, sent)
+    }
+
+    fn run(mode: FwdMode, input: Vec<Mbuf>, private: &Mempool) -> (Vec<Mbuf>, StreamCounters) {
+        let (mut s, sent) = stream(input, private);
         let cfg = FwdConfig {
             mode,
             ..FwdConfig::default()
@@ -436,20 +442,7 @@ mod tests {
             assert!(m.set_len(f.len()) && m.copy_in(0, &f));
             input.push(m);
         }
-        let spec = StreamSpec {
-            rx_port: 0,
-            rx_queue: 0,
-            tx_port: 0,
-            tx_queue: 0,
-        };
-        let mut s = Stream::new(
-            spec,
-            0,
-            Box::new(FeedRx(input)),
-            Box::new(KeepTx(Arc::new(Mutex::new(Vec::new())))),
-            (p.cache(), p.cache()),
-            MacAddr([2, 0, 0, 0, 0, 0x33]),
-        );
+        let (mut s, _sent) = stream(input, &p);
         let cfg = FwdConfig {
             mode: FwdMode::RxOnly,
             verify: true,
@@ -479,21 +472,7 @@ mod tests {
         for shared in [false, true] {
             for (mode, flows) in [(FwdMode::TxOnly, 1), (FwdMode::FlowGen, 3)] {
                 let p = pool(&format!("gen-{shared}-{flows}"), 64, shared);
-                let sent = Arc::new(Mutex::new(Vec::new()));
-                let spec = StreamSpec {
-                    rx_port: 0,
-                    rx_queue: 0,
-                    tx_port: 1,
-                    tx_queue: 0,
-                };
-                let mut s = Stream::new(
-                    spec,
-                    0,
-                    Box::new(FeedRx(Vec::new())),
-                    Box::new(KeepTx(sent.clone())),
-                    (p.cache(), p.cache()),
-                    ours,
-                );
+                let (mut s, sent) = stream(Vec::new(), &p);
                 let cfg = FwdConfig {
                     mode,
                     txpkts: 100,
