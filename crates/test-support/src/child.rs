@@ -130,6 +130,25 @@ impl Child {
             .find_map(|l| l.find(tag).map(|i| l[i + tag.len()..].trim().to_string()))
     }
 
+    /// Waits up to `limit` for a stdout line containing `tag`; panics with everything the child
+    /// printed if it exits first or the time runs out.
+    pub fn wait_for_line(&mut self, tag: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.line(tag).is_none() {
+            if let Some(st) = self.try_status() {
+                self.join_readers();
+                if self.line(tag).is_some() {
+                    return;
+                }
+                self.fail(&format!("the child exited ({st}) before printing {tag:?}"));
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!("no {tag:?} from the child within {limit:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends a line to the child's stdin (spawned with [`Stdin::Pipe`]).
     pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is a pipe");
