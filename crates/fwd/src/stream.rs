@@ -281,8 +281,9 @@ impl Stream {
                     return;
                 }
             }
-            self.cache.alloc_up_to(&mut self.pending, want);
             let len = cfg.txpkts;
+            // (None when frames are longer than the buffers: --mbuf-size is checked at start-up.)
+            self.cache.alloc_len_up_to(&mut self.pending, want, len);
             let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);
             // One set of headers for the burst, copied into each frame (DPDK's txonly copies
             // its template likewise); rebuilt per frame only when each goes to another flow.
@@ -291,9 +292,6 @@ impl Stream {
                 pkt::write_headers(&mut hdr, dst, src, IP_SRC, IP_DST, len);
             }
             for m in self.pending.iter_mut() {
-                if !m.set_len(len) {
-                    continue; // frames longer than the buffer: --mbuf-size is checked at start-up
-                }
                 if many_flows {
                     self.flow_cursor = (self.flow_cursor + 1) % cfg.flows.max(1);
                     let c = self.flow_cursor;

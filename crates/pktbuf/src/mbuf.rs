@@ -81,15 +81,22 @@ impl std::fmt::Debug for Mbuf {
 
 impl Mbuf {
     #[inline(always)]
-    pub(crate) fn from_pool(home: NonNull<PoolInner>, inner: &PoolInner, idx: u32) -> Mbuf {
+    /// Buffer `idx` of a pool as a lone segment of `len` bytes (`len` at most the data room).
+    pub(crate) fn from_pool(
+        home: NonNull<PoolInner>,
+        inner: &PoolInner,
+        idx: u32,
+        len: u32,
+    ) -> Mbuf {
+        debug_assert!(len <= inner.buf_size - inner.headroom);
         Mbuf {
             buf: inner.buf_ptr(idx),
             home: home.cast(),
             idx,
             data_off: inner.headroom,
-            data_len: 0,
+            data_len: len,
             buf_len: inner.buf_size,
-            pkt_len: 0,
+            pkt_len: len,
             nb_segs: 1,
             kind: inner.kind,
         }

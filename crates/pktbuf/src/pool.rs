@@ -235,7 +235,7 @@ impl Mempool {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop()?;
-        Some(Mbuf::from_pool(self.owner.0, self.inner(), idx))
+        Some(Mbuf::from_pool(self.owner.0, self.inner(), idx, 0))
     }
 }
 
@@ -285,12 +285,34 @@ impl PoolCache {
             self.refill(1);
         }
         let idx = self.objs.pop()?;
-        Some(Mbuf::from_pool(self.pool.owner.0, self.pool.inner(), idx))
+        Some(Mbuf::from_pool(
+            self.pool.owner.0,
+            self.pool.inner(),
+            idx,
+            0,
+        ))
     }
 
-    /// Appends up to `n` buffers to `out`; returns how many (fewer only when the pool runs dry).
+    /// Appends up to `n` empty buffers to `out`; returns how many (fewer only when the pool runs
+    /// dry).
     #[inline(always)]
     pub fn alloc_up_to(&mut self, out: &mut Vec<Mbuf>, n: usize) -> usize {
+        self.take(out, n, 0)
+    }
+
+    /// Appends up to `n` buffers of `len` bytes each to `out` (a generator's burst: their bytes
+    /// are whatever the buffers held, for the caller to write); returns how many, none when
+    /// `len` is past the pool's data room.
+    #[inline(always)]
+    pub fn alloc_len_up_to(&mut self, out: &mut Vec<Mbuf>, n: usize, len: usize) -> usize {
+        if len > self.pool.data_room() as usize {
+            return 0;
+        }
+        self.take(out, n, len as u32)
+    }
+
+    #[inline(always)]
+    fn take(&mut self, out: &mut Vec<Mbuf>, n: usize, len: u32) -> usize {
         if self.objs.len() < n {
             self.refill(n);
         }
@@ -302,7 +324,7 @@ impl PoolCache {
             self.objs
                 .drain(from..)
                 .rev()
-                .map(|idx| Mbuf::from_pool(ptr, inner, idx)),
+                .map(|idx| Mbuf::from_pool(ptr, inner, idx, len)),
         );
         got
     }

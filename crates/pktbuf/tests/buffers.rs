@@ -44,6 +44,33 @@ fn alloc_free_returns_every_buffer() {
     assert_eq!(pool.shared_free(), 32);
 }
 
+/// A generator's burst: buffers that already hold `len` bytes, or none when `len` is past the
+/// data room; freed, they come back empty.
+#[test]
+fn alloc_len_up_to_hands_out_buffers_of_that_length() {
+    for shared in [false, true] {
+        let pool = pool(8, shared);
+        let room = pool.data_room() as usize;
+        let mut c = pool.cache();
+        let mut v = Vec::new();
+        assert_eq!(c.alloc_len_up_to(&mut v, 5, room + 1), 0);
+        assert!(v.is_empty());
+        assert_eq!(c.alloc_len_up_to(&mut v, 5, 60), 5);
+        assert_eq!(c.alloc_len_up_to(&mut v, 5, room), 3, "the pool runs dry");
+        let lens: Vec<(usize, usize, usize)> = v
+            .iter()
+            .map(|m| (m.len(), m.data_len(), m.nb_segs()))
+            .collect();
+        assert_eq!(
+            lens,
+            [[(60, 60, 1)].repeat(5), [(room, room, 1)].repeat(3)].concat()
+        );
+        c.free_all(&mut v);
+        assert_eq!(c.alloc_up_to(&mut v, 8), 8);
+        assert!(v.iter().all(|m| m.is_empty()), "shared {shared}");
+    }
+}
+
 #[test]
 fn buffers_do_not_overlap_and_keep_their_bytes() {
     let pool = pool(8, false);

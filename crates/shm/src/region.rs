@@ -645,29 +645,29 @@ impl Region {
     }
 }
 
-/// Copies `len` bytes. Frames of up to 128 bytes whose length is a multiple of 32 (callers
-/// round small frames up, where both buffers have the room) are copied with fixed-size moves
-/// the compiler inlines as vector loads and stores; a `memcpy` call costs more than the copy
-/// at that size. So are 16 to 64 bytes of any length (a frame's headers): two fixed-size moves
-/// that overlap in the middle.
+/// Copies `len` bytes. Up to 128 bytes (small frames, a frame's headers) take fixed-size moves
+/// the compiler inlines as vector loads and stores; a `memcpy` call costs more than the copy at
+/// those sizes.
 ///
 /// # Safety
 /// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of writes, and the two
 /// ranges must not overlap.
 #[inline(always)]
 pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    if len <= 128 && len.is_multiple_of(32) {
-        // A plain loop: a step_by iterator cost more than the moves at these sizes.
-        let mut i = 0;
-        while i < len {
-            // SAFETY: i + 32 <= len, and the caller guarantees both ranges for len bytes.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), 32) };
-            i += 32;
-        }
-    } else if (32..=64).contains(&len) {
-        // SAFETY: 32 <= len: both moves are inside the ranges the caller guarantees.
+    // Up to 128 bytes in straight-line moves that may overlap each other (a memcpy call, or a
+    // loop, spent more on getting there than on the moves at these sizes).
+    if (32..=64).contains(&len) {
+        // SAFETY: 32 <= len: both moves lie in 0..len of the ranges the caller guarantees.
         unsafe {
             std::ptr::copy_nonoverlapping(src, dst, 32);
+            std::ptr::copy_nonoverlapping(src.add(len - 32), dst.add(len - 32), 32);
+        }
+    } else if (65..=128).contains(&len) {
+        // SAFETY: 64 < len: all four moves lie in 0..len, as above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, 32);
+            std::ptr::copy_nonoverlapping(src.add(32), dst.add(32), 32);
+            std::ptr::copy_nonoverlapping(src.add(len - 64), dst.add(len - 64), 32);
             std::ptr::copy_nonoverlapping(src.add(len - 32), dst.add(len - 32), 32);
         }
     } else if (16..32).contains(&len) {
@@ -815,8 +815,8 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
-    /// Every length takes one of copy_bytes' paths (whole 32-byte moves, two overlapping
-    /// moves, memcpy): each copies exactly its bytes and touches nothing past them.
+    /// Every length takes one of copy_bytes' paths (two or four overlapping 32-byte moves, two
+    /// 16-byte ones, memcpy): each copies exactly its bytes and touches nothing past them.
     #[test]
     fn copy_bytes_copies_exactly_len_bytes_at_every_length() {
         let src: Vec<u8> = (0..300u32).map(|i| (i * 7 + 1) as u8).collect();
