@@ -450,7 +450,10 @@ impl GuestRxQueue {
             // Relaxed: after the Acquire in is_filled (C1).
             let len = region.u32(off + SLOT_LEN).load(Relaxed);
             let src = region.slice(off + SLOT_DATA, len as usize);
-            if len == 0 || len > self.framesz || !src.is_ok_and(|s| m.fill_from(&s, len as usize)) {
+            if len == 0
+                || len > self.framesz
+                || !matches!(src, Ok(s) if m.fill_from(&s, len as usize))
+            {
                 ring::bad_length(&mut self.stats);
                 self.cache.free(m);
             } else {
@@ -483,7 +486,10 @@ impl GuestRxQueue {
             };
             let len = region.u32(off + SLOT_LEN).load(Relaxed);
             let src = region.slice(off + SLOT_DATA, len as usize);
-            if len == 0 || len > self.framesz || !src.is_ok_and(|s| m.fill_from(&s, len as usize)) {
+            if len == 0
+                || len > self.framesz
+                || !matches!(src, Ok(s) if m.fill_from(&s, len as usize))
+            {
                 self.stats.errors += 1;
                 self.cache.free(m);
             } else {
@@ -564,7 +570,7 @@ impl GuestTxQueue {
             region.u32(off + SLOT_LEN).store(len, Relaxed);
             let dst = region.slice(off + SLOT_DATA, len as usize);
             assert!(
-                dst.is_ok_and(|d| m.copy_to(&d)),
+                matches!(dst, Ok(d) if m.copy_to(&d)),
                 "len <= framesz <= slot room"
             );
             slot::publish(region.u32(off));
@@ -607,7 +613,7 @@ impl GuestTxQueue {
             region.u32(off + SLOT_LEN).store(len, Relaxed);
             let dst = region.slice(off + SLOT_DATA, len as usize);
             assert!(
-                dst.is_ok_and(|d| m.copy_to(&d)),
+                matches!(dst, Ok(d) if m.copy_to(&d)),
                 "len <= framesz <= slot room"
             );
             fence(Ordering::SeqCst); // rte_mb()

@@ -516,7 +516,7 @@ impl HostTxQueue {
             region.u32(off + SLOT_LEN).store(len, Relaxed);
             let dst = region.slice(off + SLOT_DATA, len as usize);
             assert!(
-                dst.is_ok_and(|d| pkts[taken].copy_to(&d)),
+                matches!(dst, Ok(d) if pkts[taken].copy_to(&d)),
                 "len <= framesz <= slot room"
             );
             slot::publish(region.u32(off));

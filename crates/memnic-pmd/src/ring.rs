@@ -72,7 +72,7 @@ pub(crate) fn receive(
         // the room): fixed-size vector moves instead of a memcpy call.
         let n = padded(len as usize, m.capacity());
         let src = region.slice(off + SLOT_DATA, n);
-        if !src.is_ok_and(|s| m.fill_from(&s, len as usize)) {
+        if !matches!(src, Ok(s) if m.fill_from(&s, len as usize)) {
             bad_length(st);
             continue;
         }
@@ -164,12 +164,13 @@ pub(crate) fn transmit_single(
         // one bounds check, no window over our own memory); anything else through windows.
         let copied = match m.as_slice_padded(padded(len as usize, m.capacity())) {
             Some(src) => region.write_bytes(off + SLOT_DATA, src).is_ok(),
-            None => region
-                .slice(
+            None => matches!(
+                region.slice(
                     off + SLOT_DATA,
                     padded(len as usize, MAX_JUMBO_FRAME_LEN as usize),
-                )
-                .is_ok_and(|d| m.copy_padded_to(&d)),
+                ),
+                Ok(d) if m.copy_padded_to(&d)
+            ),
         };
         assert!(copied, "len <= framesz <= slot room");
         slot::publish(region.u32(off));

@@ -265,14 +265,22 @@ impl Mbuf {
     #[inline(always)]
     pub fn fill_from(&mut self, src: &VolatileSlice<'_>, len: usize) -> bool {
         let n = src.len();
-        if len > n || !self.set_len(n) {
+        if len > n || n > self.capacity() || self.nb_segs != 1 {
             return false;
         }
-        if let Some(dst) = self.as_mut_slice() {
-            src.read(0, dst).expect("dst has src.len() bytes");
-        } else {
-            src.copy_to(&self.window(n))
-                .expect("window has src.len() bytes");
+        match self.kind {
+            SegKind::Private => {
+                // SAFETY: private memory owned by this Mbuf, data_off + n <= buf_len (checked
+                // above); exclusive through &mut self.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(self.buf.as_ptr().add(self.data_off as usize), n)
+                };
+                src.read(0, dst).expect("dst has src.len() bytes");
+            }
+            SegKind::Shared => src
+                .copy_to(&self.window(n))
+                .expect("window has src.len() bytes"),
+            SegKind::External => return false,
         }
         self.data_len = len as u32;
         self.pkt_len = len as u32;
