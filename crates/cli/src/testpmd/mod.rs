@@ -18,7 +18,11 @@ use memnic_numa::{Dir, NumaConfig, Placement, QueueRef};
 use memnic_pktbuf::PoolConfig;
 
 /// Every driver this build knows.
-pub const DRIVERS: &[memnic_ethdev::Driver] = &[memnic_pmd::DRIVER, memnic_memif::DRIVER];
+pub const DRIVERS: &[memnic_ethdev::Driver] = &[
+    memnic_pmd::DRIVER,
+    memnic_memif::DRIVER,
+    memnic_vhost::DRIVER,
+];
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -2,6 +2,8 @@
 //! drained; every child is killed if the test fails or times out).
 #![allow(dead_code, unused_imports)]
 
+pub mod dpdk;
+
 use std::process::{Command, Output};
 use std::time::Duration;
 

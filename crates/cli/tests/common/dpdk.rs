@@ -1,0 +1,121 @@
+//! DPDK's testpmd as a peer (Debian's dpdk-testpmd 22.11): starting it with one vdev, waiting
+//! for its forwarding, stopping it, reading its counters; shared by the memif and vhost interop
+//! tests.
+
+use std::time::Duration;
+
+use super::Proc;
+
+pub const DPDK: &str = "dpdk-testpmd";
+
+pub fn have_dpdk() -> bool {
+    if std::process::Command::new(DPDK)
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    assert!(
+        std::env::var_os("MEMNIC_SKIP_DPDK").is_some(),
+        "dpdk-testpmd is not installed (apt-get install dpdk librte-net-memif23 librte-net-virtio23), or set MEMNIC_SKIP_DPDK=1"
+    );
+    false
+}
+
+pub struct Sock(pub String);
+
+impl Sock {
+    pub fn new(tag: &str) -> Sock {
+        let p = format!("/tmp/memnic-dpdk-{tag}-{}.sock", std::process::id());
+        let _ = std::fs::remove_file(&p);
+        Sock(p)
+    }
+}
+
+impl Drop for Sock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A DPDK testpmd on CPU `cpu` with one memif vdev, running `mode` until interrupted.
+pub fn dpdk(
+    tag: &str,
+    cpu: u32,
+    vdev: &str,
+    mode: &str,
+    extra_eal: &[&str],
+    extra_app: &[&str],
+) -> Proc {
+    let lcores = format!("--lcores=0@{cpu},1@{cpu}");
+    let prefix = format!("memnic-{tag}-{}", std::process::id());
+    let vdev = format!("--vdev={vdev}");
+    let fwd = format!("--forward-mode={mode}");
+    let mut args = vec![
+        "--no-huge",
+        "-m",
+        "512",
+        "--no-pci",
+        &lcores,
+        "--file-prefix",
+        &prefix,
+        &vdev,
+    ];
+    args.extend_from_slice(extra_eal);
+    // --stats-period keeps testpmd running until SIGINT (without it, it waits for Enter and a
+    // closed stdin ends it at once).
+    args.extend_from_slice(&[
+        "--",
+        "--nb-cores=1",
+        "--total-num-mbufs=32768",
+        "-a",
+        "--stats-period",
+        "1",
+        &fwd,
+    ]);
+    args.extend_from_slice(extra_app);
+    super::spawn_program(DPDK, &args)
+}
+
+/// The largest RX-packets and TX-packets DPDK's per-second port statistics showed. (Its final
+/// forward totals are useless here: the memif PMD zeroes its counters when the peer
+/// disconnects, and the totals then underflow.)
+pub fn dpdk_totals(out: &std::process::Output) -> (u64, u64) {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("NIC statistics for port 0"),
+        "DPDK printed no statistics:\n{text}"
+    );
+    let max_of = |key: &str, beside: &str| {
+        text.lines()
+            .filter(|l| l.contains(beside))
+            .filter_map(|l| l.trim_start().strip_prefix(key))
+            .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    (
+        max_of("RX-packets:", "RX-missed:"),
+        max_of("TX-packets:", "TX-errors:"),
+    )
+}
+
+/// Waits until DPDK's testpmd has started its port and its forwarding (it creates a server's
+/// socket at probe, earlier: a client that connects before the port starts is refused with "ID
+/// not found", and frames sent before forwarding starts are not echoed). A fresh machine's
+/// first DPDK start loads every driver library from a cold cache: the limit is generous.
+pub fn dpdk_forwarding(p: &mut Proc) {
+    p.wait_for_line("packet forwarding - ports=", Duration::from_secs(60));
+}
+
+pub fn stop_dpdk(p: Proc) -> std::process::Output {
+    p.interrupt();
+    p.wait(Duration::from_secs(20))
+}
+
+pub fn n(v: &serde_json::Value, k: &str) -> u64 {
+    v["ports"][0][k]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}

@@ -1,0 +1,179 @@
+//! Walking a descriptor chain the guest wrote: every index, flag, length and address is the
+//! guest's, read once into a local and checked before use (DPDK's CVE-2020-10722…10726 are this
+//! class: lengths that overflow, indices past the table, loops, nested indirect tables).
+//!
+//! * The walk visits at most `queue size` descriptors of the table, and at most `len / 16` of an
+//!   indirect table (itself at most `queue size` entries): a loop or an overlong chain ends in
+//!   [`ChainError::TooLong`], never in an unbounded loop.
+//! * An indirect descriptor must be the only one of its chain (no NEXT beside it: the spec
+//!   forbids both) and its table may hold no indirect descriptor.
+//! * Every buffer must be device-readable (tx) or device-writable (rx), as the direction wants.
+//! * Every buffer's guest range must be mapped; a range crossing from one region into the next
+//!   becomes two pieces ([`MemTable::for_each_piece`]).
+//! * The chain's total length is checked for overflow.
+
+use crate::mem::MemTable;
+use crate::split::{Desc, SplitRing, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
+
+/// A checked part of a chain's buffers: `len` bytes at `off` in region `region` of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub region: usize,
+    pub off: usize,
+    pub len: usize,
+}
+
+/// Why a chain was refused. Each is counted and the chain is returned unused (length 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    #[error("descriptor index {index} past the queue size {size}")]
+    IndexOutOfRange { index: u16, size: u16 },
+    #[error("chain longer than the queue (a loop?)")]
+    TooLong,
+    #[error(
+        "indirect table of {0} bytes (not a whole number of descriptors up to the queue size)"
+    )]
+    BadIndirectLen(u32),
+    #[error("indirect descriptor with NEXT set")]
+    IndirectWithNext,
+    #[error("indirect descriptor inside an indirect table")]
+    NestedIndirect,
+    #[error("a {0} buffer where the device needs the other kind")]
+    WrongDirection(&'static str),
+    #[error("buffer at guest address {addr:#x} ({len} bytes) is outside guest memory")]
+    Unmapped { addr: u64, len: u32 },
+    #[error("chain length overflows")]
+    Overflow,
+    #[error("tx chain of {0} bytes, shorter than the virtio-net header")]
+    ShortHeader(u32),
+    #[error("frame longer than the receiving buffers hold")]
+    TooBig,
+    #[error("rx chain without room")]
+    Empty,
+}
+
+/// Which way the buffers go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// Device-readable (a tx chain: the guest's frame).
+    Readable,
+    /// Device-writable (an rx chain: room for a frame).
+    Writable,
+}
+
+/// Walks chain `head`: `out` gets its buffers as pieces (it is cleared first; pass the same Vec
+/// every time, so no burst allocates); returns the chain's total length.
+pub fn walk(
+    ring: &SplitRing,
+    mem: &MemTable,
+    head: u16,
+    dir: Dir,
+    out: &mut Vec<Piece>,
+) -> Result<u32, ChainError> {
+    out.clear();
+    let size = ring.size();
+    let mut walker = Walker {
+        mem,
+        dir,
+        out,
+        total: 0,
+    };
+    let mut index = head;
+    for _ in 0..size {
+        if index >= size {
+            return Err(ChainError::IndexOutOfRange { index, size });
+        }
+        let d = ring.desc(index);
+        if d.flags & DESC_F_INDIRECT != 0 {
+            if d.flags & DESC_F_NEXT != 0 {
+                return Err(ChainError::IndirectWithNext);
+            }
+            walker.indirect(&d, size)?;
+            return Ok(walker.total);
+        }
+        walker.buffer(&d)?;
+        if d.flags & DESC_F_NEXT == 0 {
+            return Ok(walker.total);
+        }
+        index = d.next;
+    }
+    Err(ChainError::TooLong)
+}
+
+struct Walker<'a> {
+    mem: &'a MemTable,
+    dir: Dir,
+    out: &'a mut Vec<Piece>,
+    total: u32,
+}
+
+impl Walker<'_> {
+    /// One buffer: its direction, its range in guest memory, the running total.
+    #[inline(always)]
+    fn buffer(&mut self, d: &Desc) -> Result<(), ChainError> {
+        let writable = d.flags & DESC_F_WRITE != 0;
+        match (self.dir, writable) {
+            (Dir::Readable, true) => return Err(ChainError::WrongDirection("device-writable")),
+            (Dir::Writable, false) => return Err(ChainError::WrongDirection("device-readable")),
+            _ => {}
+        }
+        self.total = self.total.checked_add(d.len).ok_or(ChainError::Overflow)?;
+        let out = &mut *self.out;
+        let mapped = self
+            .mem
+            .for_each_piece(d.addr, d.len as u64, |region, off, len| {
+                out.push(Piece { region, off, len })
+            });
+        if !mapped {
+            return Err(ChainError::Unmapped {
+                addr: d.addr,
+                len: d.len,
+            });
+        }
+        Ok(())
+    }
+
+    /// An indirect table: one region holds it whole, and its chain is walked as the main
+    /// table's is, bounded by its own length.
+    fn indirect(&mut self, d: &Desc, size: u16) -> Result<(), ChainError> {
+        let count = d.len / 16;
+        if d.len == 0 || !d.len.is_multiple_of(16) || count > size as u32 {
+            return Err(ChainError::BadIndirectLen(d.len));
+        }
+        let (region, base) = self
+            .mem
+            .gpa(d.addr, d.len as u64)
+            .ok_or(ChainError::Unmapped {
+                addr: d.addr,
+                len: d.len,
+            })?;
+        let table = self.mem.map(region);
+        let mut index: u32 = 0;
+        for _ in 0..count {
+            let mut b = [0u8; 16];
+            // index < count: inside the range checked just above.
+            table
+                .read_bytes(base + 16 * index as usize, &mut b)
+                .map_err(|_| ChainError::Unmapped {
+                    addr: d.addr,
+                    len: d.len,
+                })?;
+            let e = Desc::parse(&b);
+            if e.flags & DESC_F_INDIRECT != 0 {
+                return Err(ChainError::NestedIndirect);
+            }
+            self.buffer(&e)?;
+            if e.flags & DESC_F_NEXT == 0 {
+                return Ok(());
+            }
+            index = e.next as u32;
+            if index >= count {
+                return Err(ChainError::IndexOutOfRange {
+                    index: e.next,
+                    size: count as u16,
+                });
+            }
+        }
+        Err(ChainError::TooLong)
+    }
+}

@@ -1,0 +1,517 @@
+//! The device state a frontend configures over the vhost-user socket, and the request handler
+//! rust-vmm's `vhost` crate calls for each message (it parses and size-checks the messages and
+//! their fds; we check every value in them).
+//!
+//! A ring runs once it has a size, addresses, a memory table and a kick (SET_VRING_KICK, with
+//! or without an fd), until GET_VRING_BASE stops it; with PROTOCOL_FEATURES negotiated it starts
+//! disabled until SET_VRING_ENABLE(1). After every message that changes what the data path
+//! uses, [`Device::install`] gives each queue its ring (or takes it away) with every queue out
+//! of its burst (the port's gate), first reading back where each running ring got to.
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering::{Relaxed, Release};
+use std::sync::Arc;
+use std::time::Duration;
+
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
+    VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
+    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVringAddrFlags, VhostUserVringState,
+};
+use vhost::vhost_user::{
+    Error as VuError, GpuBackend, Result as VuResult, VhostUserBackendReqHandlerMut,
+};
+use vhost::VhostUserMemoryRegionBase;
+
+use memnic_ethdev::MacAddr;
+use memnic_shm::unix::EventFd;
+
+use crate::mem::{MemTable, RegionDesc, MAX_MEM_SLOTS};
+use crate::port::Shared;
+use crate::queue::VringConn;
+use crate::split::{RingAddrs, SplitRing, MAX_QUEUE_SIZE};
+
+/// virtio feature bits (virtio 1.x §6, §5.1.3).
+pub mod feature {
+    pub const NET_F_MTU: u64 = 1 << 3;
+    pub const NET_F_MAC: u64 = 1 << 5;
+    pub const NET_F_MRG_RXBUF: u64 = 1 << 15;
+    pub const NET_F_STATUS: u64 = 1 << 16;
+    pub const NET_F_MQ: u64 = 1 << 22;
+    pub const F_ANY_LAYOUT: u64 = 1 << 27;
+    pub const F_INDIRECT_DESC: u64 = 1 << 28;
+    pub const F_EVENT_IDX: u64 = 1 << 29;
+    pub const F_PROTOCOL_FEATURES: u64 = 1 << 30;
+    pub const F_VERSION_1: u64 = 1 << 32;
+    pub const F_IN_ORDER: u64 = 1 << 35;
+}
+use feature::*;
+
+/// One virtqueue as the frontend set it up.
+#[derive(Default)]
+struct Vring {
+    num: u32,
+    addrs: Option<RingAddrs>,
+    base: u16,
+    call: Option<Arc<EventFd>>,
+    kick: Option<File>,
+    started: bool,
+    enabled: bool,
+    /// Its queue had it installed at the last `install` (so its position is read back).
+    installed: bool,
+}
+
+/// What the frontend configured; lives as long as its connection.
+pub struct Device {
+    shared: Arc<Shared>,
+    mac: MacAddr,
+    mtu: u16,
+    offered: u64,
+    acked: u64,
+    protocol: u64,
+    mem: Option<Arc<MemTable>>,
+    vrings: Vec<Vring>,
+    /// Why the last ring could not be installed (logged by the port, for tests).
+    pub last_error: Option<String>,
+}
+
+/// `MEMNIC_VHOST_TRACE=1`: every request on stderr (what DPDK's vhost debug log shows).
+fn trace(what: std::fmt::Arguments<'_>) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var_os("MEMNIC_VHOST_TRACE").is_some()) {
+        eprintln!("vhost: {what}");
+    }
+}
+
+fn invalid(why: &'static str) -> VuError {
+    VuError::InvalidOperation(why)
+}
+
+impl Device {
+    pub fn new(shared: Arc<Shared>, mac: MacAddr, mtu: u16) -> Device {
+        let queues = shared.queues();
+        let mut offered = NET_F_MAC
+            | NET_F_MTU
+            | NET_F_MRG_RXBUF
+            | NET_F_STATUS
+            | F_ANY_LAYOUT
+            | F_INDIRECT_DESC
+            | F_EVENT_IDX
+            | F_PROTOCOL_FEATURES
+            | F_VERSION_1
+            | F_IN_ORDER;
+        if queues > 1 {
+            offered |= NET_F_MQ;
+        }
+        Device {
+            shared,
+            mac,
+            mtu,
+            offered,
+            acked: 0,
+            protocol: 0,
+            mem: None,
+            vrings: (0..2 * queues).map(|_| Vring::default()).collect(),
+            last_error: None,
+        }
+    }
+
+    fn vring(&mut self, index: u32) -> VuResult<&mut Vring> {
+        self.vrings
+            .get_mut(index as usize)
+            .ok_or(VuError::InvalidParam)
+    }
+
+    fn header_len(&self) -> usize {
+        if self.acked & (F_VERSION_1 | NET_F_MRG_RXBUF) != 0 {
+            12
+        } else {
+            10
+        }
+    }
+
+    /// Back to the state of a new connection (RESET_OWNER, RESET_DEVICE, SET_STATUS 0,
+    /// disconnect): every ring stopped and taken from its queue, the memory unmapped once no
+    /// queue holds it.
+    pub fn reset(&mut self) {
+        for v in &mut self.vrings {
+            let installed = v.installed;
+            *v = Vring {
+                installed,
+                ..Vring::default()
+            };
+        }
+        self.mem = None;
+        self.acked = 0;
+        self.install();
+    }
+
+    /// Gives each queue its ring as the state now says, with the queues out of their bursts.
+    pub fn install(&mut self) {
+        let hdr_len = self.header_len();
+        let mrg = self.acked & NET_F_MRG_RXBUF != 0;
+        let event_idx = self.acked & F_EVENT_IDX != 0;
+        let mut conns: Vec<Option<VringConn>> = Vec::with_capacity(self.vrings.len());
+        let mut errors = Vec::new();
+        for (i, v) in self.vrings.iter().enumerate() {
+            let conn = match (&self.mem, v.addrs, v.started) {
+                (Some(mem), Some(addrs), true) => match SplitRing::new(mem, v.num, addrs) {
+                    Ok(ring) => Some(VringConn {
+                        ring,
+                        mem: mem.clone(),
+                        hdr_len,
+                        mrg_rxbuf: mrg,
+                        event_idx,
+                        call: v.call.clone(),
+                        base: v.base,
+                        enabled: v.enabled,
+                    }),
+                    Err(e) => {
+                        errors.push(format!("ring {i}: {e}"));
+                        None
+                    }
+                },
+                _ => None,
+            };
+            conns.push(conn);
+        }
+        if let Some(e) = errors.pop() {
+            self.last_error = Some(e);
+        }
+        let shared = self.shared.clone();
+        // Queues that stay in a burst longer than this are lcores stuck elsewhere: try again.
+        while shared
+            .gate
+            .reset(None, Duration::from_secs(1), || {
+                swap(&shared, &mut self.vrings, &mut conns);
+                Some(())
+            })
+            .is_none()
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let up = self.vrings.iter().any(|v| v.installed && v.enabled);
+        // Release pairs with the Acquire in `VhostPort::link`.
+        self.shared.link_up.store(up, Release);
+    }
+}
+
+/// With every queue parked: reads back where each installed ring got to, then gives each slot
+/// its new ring (which goes on from there).
+fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>>) {
+    for (i, (v, conn)) in vrings.iter_mut().zip(conns.drain(..)).enumerate() {
+        let slot = shared.slot(i);
+        if v.installed {
+            // Relaxed: the queue is parked, and the gate orders its last store before this.
+            v.base = slot.last_avail.load(Relaxed);
+        }
+        let conn = conn.map(|mut c| {
+            c.base = v.base;
+            c
+        });
+        v.installed = conn.is_some();
+        *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
+    }
+}
+
+impl VhostUserBackendReqHandlerMut for Device {
+    fn set_owner(&mut self) -> VuResult<()> {
+        trace(format_args!("set_owner"));
+        Ok(())
+    }
+
+    fn reset_owner(&mut self) -> VuResult<()> {
+        trace(format_args!("reset_owner"));
+        self.reset();
+        Ok(())
+    }
+
+    fn reset_device(&mut self) -> VuResult<()> {
+        trace(format_args!("reset_device"));
+        self.reset();
+        Ok(())
+    }
+
+    fn get_features(&mut self) -> VuResult<u64> {
+        trace(format_args!("get_features"));
+        Ok(self.offered)
+    }
+
+    fn set_features(&mut self, features: u64) -> VuResult<()> {
+        trace(format_args!("set_features {features:#x}"));
+        if features & !self.offered != 0 {
+            return Err(invalid("features not offered"));
+        }
+        self.acked = features;
+        // Without PROTOCOL_FEATURES there is no SET_VRING_ENABLE: rings are enabled at once.
+        if features & F_PROTOCOL_FEATURES == 0 {
+            for v in &mut self.vrings {
+                v.enabled = true;
+            }
+        }
+        self.install();
+        Ok(())
+    }
+
+    fn set_mem_table(
+        &mut self,
+        ctx: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+        _postcopy_listening: Option<bool>,
+    ) -> VuResult<Option<Vec<VhostUserMemoryRegionBase>>> {
+        trace(format_args!("set_mem_table"));
+        let descs: Vec<RegionDesc> = ctx
+            .iter()
+            .map(|r| RegionDesc {
+                guest_phys_addr: r.guest_phys_addr,
+                memory_size: r.memory_size,
+                userspace_addr: r.user_addr,
+                mmap_offset: r.mmap_offset,
+            })
+            .collect();
+        let table = MemTable::new(&descs, files).map_err(|e| {
+            self.last_error = Some(e.to_string());
+            invalid("memory table refused")
+        })?;
+        self.mem = Some(Arc::new(table));
+        self.install();
+        Ok(None)
+    }
+
+    fn set_vring_num(&mut self, index: u32, num: u32) -> VuResult<()> {
+        trace(format_args!("set_vring_num index {index} num {num}"));
+        if num == 0 || num > MAX_QUEUE_SIZE || !num.is_power_of_two() {
+            return Err(VuError::InvalidParam);
+        }
+        self.vring(index)?.num = num;
+        Ok(())
+    }
+
+    fn set_vring_addr(
+        &mut self,
+        index: u32,
+        _flags: VhostUserVringAddrFlags,
+        descriptor: u64,
+        used: u64,
+        available: u64,
+        _log: u64,
+    ) -> VuResult<()> {
+        trace(format_args!("set_vring_addr"));
+        self.vring(index)?.addrs = Some(RingAddrs {
+            desc: descriptor,
+            avail: available,
+            used,
+        });
+        self.install();
+        Ok(())
+    }
+
+    fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
+        trace(format_args!("set_vring_base index {index} base {base}"));
+        let base = u16::try_from(base).map_err(|_| VuError::InvalidParam)?;
+        self.vring(index)?.base = base;
+        Ok(())
+    }
+
+    fn get_vring_base(&mut self, index: u32) -> VuResult<VhostUserVringState> {
+        trace(format_args!("get_vring_base index {index}"));
+        self.vring(index)?.started = false;
+        self.install();
+        let v = self.vring(index)?;
+        Ok(VhostUserVringState::new(index, v.base as u32))
+    }
+
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        trace(format_args!(
+            "set_vring_kick index {index} fd {}",
+            fd.is_some()
+        ));
+        let v = self.vring(index as u32)?;
+        v.kick = fd;
+        v.started = true;
+        self.install();
+        Ok(())
+    }
+
+    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        trace(format_args!(
+            "set_vring_call index {index} fd {}",
+            fd.is_some()
+        ));
+        let call = match fd {
+            Some(f) => Some(Arc::new(
+                EventFd::from_fd(OwnedFd::from(f)).map_err(|_| VuError::InvalidParam)?,
+            )),
+            None => None,
+        };
+        self.vring(index as u32)?.call = call;
+        self.install();
+        Ok(())
+    }
+
+    fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
+        trace(format_args!("set_vring_err"));
+        self.vring(index as u32)?;
+        Ok(())
+    }
+
+    fn get_protocol_features(&mut self) -> VuResult<VhostUserProtocolFeatures> {
+        trace(format_args!("get_protocol_features"));
+        let mut p = VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::RESET_DEVICE;
+        if self.shared.queues() > 1 {
+            p |= VhostUserProtocolFeatures::MQ;
+        }
+        Ok(p)
+    }
+
+    fn set_protocol_features(&mut self, features: u64) -> VuResult<()> {
+        trace(format_args!("set_protocol_features {features:#x}"));
+        self.protocol = features;
+        Ok(())
+    }
+
+    fn get_queue_num(&mut self) -> VuResult<u64> {
+        trace(format_args!("get_queue_num"));
+        Ok(self.shared.queues() as u64)
+    }
+
+    fn set_vring_enable(&mut self, index: u32, enable: bool) -> VuResult<()> {
+        trace(format_args!("set_vring_enable index {index} {enable}"));
+        self.vring(index)?.enabled = enable;
+        self.install();
+        Ok(())
+    }
+
+    fn get_config(
+        &mut self,
+        offset: u32,
+        size: u32,
+        _flags: VhostUserConfigFlags,
+    ) -> VuResult<Vec<u8>> {
+        trace(format_args!("get_config"));
+        // struct virtio_net_config: mac[6], status le16 (LINK_UP), max_virtqueue_pairs le16,
+        // mtu le16.
+        let mut cfg = [0u8; 12];
+        cfg[0..6].copy_from_slice(&self.mac.0);
+        cfg[6..8].copy_from_slice(&1u16.to_le_bytes());
+        cfg[8..10].copy_from_slice(&self.shared.queues().to_le_bytes());
+        cfg[10..12].copy_from_slice(&self.mtu.to_le_bytes());
+        let end = offset.checked_add(size).ok_or(VuError::InvalidParam)? as usize;
+        if end > cfg.len() {
+            return Err(VuError::InvalidParam);
+        }
+        Ok(cfg[offset as usize..end].to_vec())
+    }
+
+    fn set_config(
+        &mut self,
+        _offset: u32,
+        _buf: &[u8],
+        _flags: VhostUserConfigFlags,
+    ) -> VuResult<()> {
+        trace(format_args!("set_config"));
+        // The net config space is read-only for the driver.
+        Err(invalid("config space is read-only"))
+    }
+
+    fn get_inflight_fd(
+        &mut self,
+        _inflight: &VhostUserInflight,
+    ) -> VuResult<(VhostUserInflight, File)> {
+        trace(format_args!("get_inflight_fd"));
+        Err(invalid("inflight tracking not offered"))
+    }
+
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> VuResult<()> {
+        trace(format_args!("set_inflight_fd"));
+        Err(invalid("inflight tracking not offered"))
+    }
+
+    fn get_max_mem_slots(&mut self) -> VuResult<u64> {
+        trace(format_args!("get_max_mem_slots"));
+        Ok(MAX_MEM_SLOTS as u64)
+    }
+
+    fn add_mem_region(
+        &mut self,
+        region: &VhostUserSingleMemoryRegion,
+        fd: File,
+        _postcopy_listening: Option<bool>,
+    ) -> VuResult<Option<VhostUserMemoryRegionBase>> {
+        trace(format_args!("add_mem_region"));
+        let d = RegionDesc {
+            guest_phys_addr: region.guest_phys_addr,
+            memory_size: region.memory_size,
+            userspace_addr: region.user_addr,
+            mmap_offset: region.mmap_offset,
+        };
+        let empty = MemTable::default();
+        let cur = self.mem.as_deref().unwrap_or(&empty);
+        let table = cur.with(d, fd).map_err(|e| {
+            self.last_error = Some(e.to_string());
+            invalid("memory region refused")
+        })?;
+        self.mem = Some(Arc::new(table));
+        self.install();
+        Ok(None)
+    }
+
+    fn remove_mem_region(&mut self, region: &VhostUserSingleMemoryRegion) -> VuResult<()> {
+        trace(format_args!("remove_mem_region"));
+        let d = RegionDesc {
+            guest_phys_addr: region.guest_phys_addr,
+            memory_size: region.memory_size,
+            userspace_addr: region.user_addr,
+            mmap_offset: region.mmap_offset,
+        };
+        let Some(cur) = &self.mem else {
+            return Err(invalid("no memory table"));
+        };
+        let table = cur.without(&d).map_err(|e| {
+            self.last_error = Some(e.to_string());
+            invalid("no such memory region")
+        })?;
+        self.mem = Some(Arc::new(table));
+        self.install();
+        Ok(())
+    }
+
+    fn set_device_state_fd(
+        &mut self,
+        _direction: VhostTransferStateDirection,
+        _phase: VhostTransferStatePhase,
+        _fd: File,
+    ) -> VuResult<Option<File>> {
+        trace(format_args!("set_device_state_fd"));
+        Err(invalid("device state transfer not offered"))
+    }
+
+    fn check_device_state(&mut self) -> VuResult<()> {
+        trace(format_args!("check_device_state"));
+        Err(invalid("device state transfer not offered"))
+    }
+
+    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VuResult<()> {
+        trace(format_args!("set_log_base"));
+        Err(invalid("dirty logging not offered"))
+    }
+
+    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> VuResult<()> {
+        trace(format_args!("set_gpu_socket"));
+        Err(invalid("not a GPU device"))
+    }
+
+    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> VuResult<File> {
+        trace(format_args!("get_shared_object"));
+        Err(invalid("shared objects not offered"))
+    }
+
+    fn get_shmem_config(&mut self) -> VuResult<VhostUserShMemConfig> {
+        trace(format_args!("get_shmem_config"));
+        Err(invalid("shared memory regions not offered"))
+    }
+}

@@ -1,0 +1,21 @@
+//! vhost-user net backend: the device side of virtio-net for QEMU guests and DPDK's
+//! `net_virtio_user` (`shared/specs/vhost-user.md`).
+//!
+//! * [`mem`]: guest memory as the frontend shares it, every address checked once.
+//! * [`split`]: the split virtqueue's areas in guest memory.
+//! * [`chain`]: walking a descriptor chain the guest wrote (bounded, indirect, checked).
+//! * [`queue`]: the data path behind the burst API (copies both ways, batched used-ring
+//!   updates and calls).
+//! * [`device`]: the state a frontend configures, behind rust-vmm's `vhost` request handler.
+//! * [`port`]: devargs, the socket in either role, the control thread, the driver.
+
+#![forbid(unsafe_code)]
+
+pub mod chain;
+pub mod device;
+pub mod mem;
+pub mod port;
+pub mod queue;
+pub mod split;
+
+pub use port::{VhostConfig, VhostError, VhostPort, DEVARGS_KEYS, DRIVER, MAX_QUEUES};

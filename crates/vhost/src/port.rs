@@ -1,0 +1,370 @@
+//! A vhost-user net port: devargs with DPDK `net_vhost`'s names, the socket in either role
+//! (server: we listen on `iface`; client: we connect to it, and again whenever the frontend
+//! goes away), and a control thread per port that serves one frontend at a time through rust-vmm's
+//! `vhost` request handler. A frontend that leaves (or breaks the protocol) is link down: its
+//! rings are taken from the queues and its memory unmapped, and the next one is served.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use vhost::vhost_user::BackendReqHandler;
+
+use memnic_ethdev::gate::Gate;
+use memnic_ethdev::{
+    Devargs, DevargsError, Driver, LinkStatus, MacAddr, Mempool, OpenResult, Port, PortError,
+    PortInfo, QueueStats, RxQueue, StatsCell, TxQueue,
+};
+use memnic_shm::unix::{poll, PollFd};
+
+use crate::device::Device;
+use crate::queue::{VhostRxQueue, VhostTxQueue, VringSlot};
+
+/// Devargs keys: DPDK `net_vhost`'s names, and `mac`.
+pub const DEVARGS_KEYS: &[&str] = &["iface", "queues", "client", "mac"];
+
+/// Most queue pairs a port offers.
+pub const MAX_QUEUES: u16 = 8;
+
+/// The driver: `vhost0,iface=/tmp/vhost.sock[,queues=N][,client=1]`.
+pub const DRIVER: Driver = Driver {
+    name: "vhost",
+    keys: DEVARGS_KEYS,
+    open,
+};
+
+fn open(a: &Devargs) -> OpenResult {
+    let cfg = VhostConfig::from_devargs(a)?;
+    Ok(Box::new(VhostPort::new(&a.name, cfg)?))
+}
+
+/// How a vhost port is set up.
+#[derive(Debug, Clone)]
+pub struct VhostConfig {
+    pub iface: PathBuf,
+    pub queues: u16,
+    /// We connect to the frontend (QEMU `server=on`, virtio-user `server=1`) instead of
+    /// listening.
+    pub client: bool,
+    pub mac: MacAddr,
+    pub mtu: u16,
+}
+
+impl VhostConfig {
+    pub fn new(iface: impl Into<PathBuf>) -> VhostConfig {
+        VhostConfig {
+            iface: iface.into(),
+            queues: 1,
+            client: false,
+            mac: MacAddr([2, 0x56, 0x48, 0, 0, 0]),
+            mtu: 9000,
+        }
+    }
+
+    pub fn from_devargs(a: &Devargs) -> Result<VhostConfig, DevargsError> {
+        let mut c = VhostConfig::new(a.require("iface")?);
+        c.queues = a.parse_or("queues", 1u16)?;
+        if !(1..=MAX_QUEUES).contains(&c.queues) {
+            return Err(a.bad(
+                "queues",
+                &c.queues.to_string(),
+                format!("queue pairs, 1..={MAX_QUEUES}"),
+            ));
+        }
+        c.client = a.bool_or("client", false)?;
+        if let Some(m) = a.get("mac") {
+            c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
+        }
+        Ok(c)
+    }
+}
+
+/// Errors of the vhost driver.
+#[derive(Debug, thiserror::Error)]
+pub enum VhostError {
+    #[error(transparent)]
+    Devargs(#[from] DevargsError),
+    #[error("cannot listen on {path}: {source}")]
+    Listen {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the control thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// What the control thread and the queues share.
+pub struct Shared {
+    pub gate: Arc<Gate>,
+    /// Per virtqueue (rx of pair q = 2q, tx = 2q + 1, as virtio numbers them).
+    slots: Vec<Arc<VringSlot>>,
+    pub link_up: AtomicBool,
+    stop: AtomicBool,
+    /// Frontends served and lost, and why the last one went.
+    pub connects: AtomicU64,
+    pub disconnects: AtomicU64,
+    pub last_reason: Mutex<Option<String>>,
+}
+
+impl Shared {
+    pub fn queues(&self) -> u16 {
+        (self.slots.len() / 2) as u16
+    }
+    pub fn slot(&self, vq: usize) -> &Arc<VringSlot> {
+        &self.slots[vq]
+    }
+    fn set_reason(&self, why: String) {
+        *self.last_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+}
+
+/// A vhost-user port.
+pub struct VhostPort {
+    name: String,
+    cfg: VhostConfig,
+    shared: Arc<Shared>,
+    control: Option<JoinHandle<()>>,
+    rx_cells: Vec<Option<Arc<StatsCell>>>,
+    tx_cells: Vec<Option<Arc<StatsCell>>>,
+}
+
+impl VhostPort {
+    pub fn new(name: &str, cfg: VhostConfig) -> Result<VhostPort, VhostError> {
+        let shared = Arc::new(Shared {
+            gate: Gate::new(),
+            slots: (0..2 * cfg.queues)
+                .map(|_| Arc::new(VringSlot::default()))
+                .collect(),
+            link_up: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            connects: AtomicU64::new(0),
+            disconnects: AtomicU64::new(0),
+            last_reason: Mutex::new(None),
+        });
+        let listener = if cfg.client {
+            None
+        } else {
+            let path = cfg.iface.display().to_string();
+            // A socket file left by a backend that died is replaced (as DPDK's vhost does).
+            let _ = std::fs::remove_file(&cfg.iface);
+            let l = UnixListener::bind(&cfg.iface)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| VhostError::Listen { path, source })?;
+            Some(l)
+        };
+        let control = {
+            let shared = shared.clone();
+            let cfg = cfg.clone();
+            std::thread::Builder::new()
+                .name(format!("vhost-{name}"))
+                .spawn(move || control_thread(&shared, &cfg, listener))
+                .map_err(VhostError::Thread)?
+        };
+        let q = cfg.queues as usize;
+        Ok(VhostPort {
+            name: name.to_string(),
+            cfg,
+            shared,
+            control: Some(control),
+            rx_cells: vec![None; q],
+            tx_cells: vec![None; q],
+        })
+    }
+
+    pub fn connects(&self) -> u64 {
+        self.shared.connects.load(Relaxed)
+    }
+    pub fn disconnects(&self) -> u64 {
+        self.shared.disconnects.load(Relaxed)
+    }
+    pub fn last_reason(&self) -> Option<String> {
+        self.shared
+            .last_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+    /// Chains and rings the guest got wrong, over every queue.
+    pub fn bad_chains(&self) -> u64 {
+        self.shared
+            .slots
+            .iter()
+            .map(|s| s.bad_chains.load(Relaxed))
+            .sum()
+    }
+
+    fn take_queue(
+        &mut self,
+        rx: bool,
+        q: u16,
+    ) -> Result<(Arc<VringSlot>, Arc<StatsCell>), PortError> {
+        let dir = if rx { "rx" } else { "tx" };
+        if q >= self.cfg.queues {
+            return Err(PortError::NoSuchQueue {
+                port: self.name.clone(),
+                dir,
+                queue: q,
+                max: self.cfg.queues,
+            });
+        }
+        let cells = if rx {
+            &mut self.rx_cells
+        } else {
+            &mut self.tx_cells
+        };
+        if cells[q as usize].is_some() {
+            return Err(PortError::QueueTaken {
+                port: self.name.clone(),
+                dir,
+                queue: q,
+            });
+        }
+        let cell = StatsCell::new();
+        cells[q as usize] = Some(cell.clone());
+        // Our rx queue q is the guest's tx virtqueue (2q + 1); our tx queue its rx (2q).
+        let vq = 2 * q as usize + usize::from(rx);
+        Ok((self.shared.slots[vq].clone(), cell))
+    }
+}
+
+impl Drop for VhostPort {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Relaxed);
+        if let Some(t) = self.control.take() {
+            let _ = t.join();
+        }
+        if !self.cfg.client {
+            let _ = std::fs::remove_file(&self.cfg.iface);
+        }
+    }
+}
+
+impl Port for VhostPort {
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            driver: "net_vhost",
+            name: self.name.clone(),
+            mac: self.cfg.mac,
+            max_frame_len: 9018,
+            max_rx_queues: self.cfg.queues,
+            max_tx_queues: self.cfg.queues,
+        }
+    }
+
+    fn link(&self) -> LinkStatus {
+        LinkStatus {
+            // Acquire pairs with the Release in `Device::install`.
+            up: self.shared.link_up.load(Acquire),
+            speed_mbps: 10_000,
+        }
+    }
+
+    fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
+        let (slot, cell) = self.take_queue(true, q)?;
+        Ok(Box::new(VhostRxQueue::new(
+            self.shared.gate.join(),
+            slot,
+            pool.cache(),
+            cell,
+        )))
+    }
+
+    fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
+        let (slot, cell) = self.take_queue(false, q)?;
+        Ok(Box::new(VhostTxQueue::new(
+            self.shared.gate.join(),
+            slot,
+            pool.cache(),
+            cell,
+        )))
+    }
+
+    fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
+        let snap = |v: &Vec<Option<Arc<StatsCell>>>| {
+            v.iter().flatten().map(|c| c.snapshot()).collect::<Vec<_>>()
+        };
+        (snap(&self.rx_cells), snap(&self.tx_cells))
+    }
+}
+
+/// How often the control thread looks at its stop flag while it waits.
+const TICK: Duration = Duration::from_millis(50);
+/// A message that starts arriving must arrive whole within this (a frontend that sends half a
+/// message and stops would otherwise hold the control thread).
+const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<UnixListener>) {
+    while !shared.stop.load(Relaxed) {
+        let stream = match &listener {
+            Some(l) => match l.accept() {
+                Ok((s, _)) => s,
+                Err(_) => {
+                    wait_readable(l.as_fd());
+                    continue;
+                }
+            },
+            None => match UnixStream::connect(&cfg.iface) {
+                Ok(s) => s,
+                Err(_) => {
+                    // The frontend is not there (yet, or again): try again shortly.
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+            },
+        };
+        serve(shared, cfg, stream);
+    }
+}
+
+fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
+    let mut fds = [PollFd::readable(fd)];
+    let _ = poll(&mut fds, Some(TICK));
+}
+
+/// Serves one frontend until it leaves, breaks the protocol or the port stops.
+fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
+    let (Ok(()), Ok(()), Ok(watch)) = (
+        stream.set_nonblocking(false),
+        stream.set_read_timeout(Some(MESSAGE_TIMEOUT)),
+        stream.try_clone(),
+    ) else {
+        return;
+    };
+    shared.connects.fetch_add(1, Relaxed);
+    let device = Arc::new(Mutex::new(Device::new(shared.clone(), cfg.mac, cfg.mtu)));
+    let mut handler = BackendReqHandler::from_stream(stream, device.clone());
+    let why = loop {
+        if shared.stop.load(Relaxed) {
+            break "the port stopped".to_string();
+        }
+        let mut fds = [PollFd::readable(watch.as_fd())];
+        match poll(&mut fds, Some(TICK)) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(e) => break format!("poll: {e}"),
+        }
+        if let Err(e) = handler.handle_request() {
+            let detail = device
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .last_error
+                .take();
+            break match detail {
+                Some(d) => format!("{e}: {d}"),
+                None => e.to_string(),
+            };
+        }
+    };
+    let _ = watch.shutdown(std::net::Shutdown::Both);
+    device.lock().unwrap_or_else(|p| p.into_inner()).reset();
+    shared.disconnects.fetch_add(1, Relaxed);
+    shared.set_reason(why);
+}
