@@ -194,22 +194,20 @@ fn poll_our_client_with_dpdk_server_both_directions() {
             dpdk_forwarding(&mut peer);
             let dev = format!("memif0,role=client,socket={},socket-abstract=no", sock.0);
             let s = size.to_string();
-            let out = common::spawn(&[
-                "testpmd",
-                "-l",
-                "1",
-                "--vdev",
+            let out = common::testpmd(
+                1,
                 &dev,
-                "--forward-mode",
                 if we_send { "txonly" } else { "rxonly" },
-                "--txpkts",
-                &s,
-                "--mbuf-size",
-                "10240",
-                "--duration",
-                "4",
-                "--json",
-            ])
+                &[
+                    "--txpkts",
+                    &s,
+                    "--mbuf-size",
+                    "10240",
+                    "--duration",
+                    "4",
+                    "--json",
+                ],
+            )
             .wait(Duration::from_secs(30));
             let d = stop_dpdk(peer);
             let j = json_of(&out);

@@ -92,17 +92,7 @@ fn kill_ten_times(survivor_role: Role) {
     let floor = s.pool.count() - 64;
     let mut fds_when_down = None;
     for round in 0..10 {
-        let peer = common::spawn(&[
-            "testpmd",
-            "-l",
-            "1",
-            "--vdev",
-            &dev,
-            "--forward-mode",
-            "txonly",
-            "--duration",
-            "30",
-        ]);
+        let peer = common::testpmd(1, &dev, "txonly", &["--duration", "30"]);
         let before = s.received;
         s.run_until(
             &format!("round {round}: link up and traffic"),

@@ -27,18 +27,10 @@ fn virtio_user(tag: &str, sock: &str, opts: &str, mode: &str) -> Proc {
     )
 }
 
-/// Our testpmd on CPU 1 with one vhost port on `sock`.
+/// Our testpmd on CPU 1 with one vhost port.
 fn ours(dev: &str, mode: &str, size: usize, secs: u32, extra: &[&str]) -> Proc {
-    let size = size.to_string();
-    let secs = secs.to_string();
+    let (size, secs) = (size.to_string(), secs.to_string());
     let mut args = vec![
-        "testpmd",
-        "-l",
-        "1",
-        "--vdev",
-        dev,
-        "--forward-mode",
-        mode,
         "--txpkts",
         &size,
         "--mbuf-size",
@@ -48,7 +40,7 @@ fn ours(dev: &str, mode: &str, size: usize, secs: u32, extra: &[&str]) -> Proc {
         "--json",
     ];
     args.extend_from_slice(extra);
-    common::spawn(&args)
+    common::testpmd(1, dev, mode, &args)
 }
 
 /// Frames from DPDK's txonly, received whole and counted by our rxonly.
@@ -182,4 +174,80 @@ fn poll_chained_round_trip_through_virtio_user_macswap_is_clean() {
 #[test]
 fn poll_round_trip_with_our_backend_as_socket_client() {
     round_trip("vumacclient", 64, "", "256", true);
+}
+
+/// The largest RX-packets our testpmd's periodic statistics have shown so far.
+fn our_rx_so_far(p: &Proc) -> u64 {
+    p.output()
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("RX-packets:"))
+        .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// A frontend killed during traffic, ten times in a row in each socket role: each time our
+/// port goes link down and serves the next frontend (traffic resumes), and our descriptors do
+/// not pile up (each frontend's memory fd, kick and call eventfds are closed with it).
+#[test]
+fn poll_frontend_killed_ten_times_during_traffic() {
+    if !have_dpdk() {
+        return;
+    }
+    for client in [false, true] {
+        let sock = Sock::new(&format!("vu-kill-{client}"));
+        let dev = if client {
+            format!("vhost0,iface={},client=1", sock.0)
+        } else {
+            format!("vhost0,iface={}", sock.0)
+        };
+        let me = common::testpmd(1, &dev, "rxonly", &["--stats-period", "1"]);
+        if !client {
+            common::wait_for_path(&sock.0, Duration::from_secs(10));
+        }
+        let server = if client { ",server=1" } else { "" };
+        let mut seen = 0;
+        let mut fds = Vec::new();
+        for round in 0..10 {
+            if client {
+                // A killed virtio-user server leaves its socket file, and the next one refuses
+                // to bind over it ("Address already in use"): clear it, as a supervisor would.
+                let _ = std::fs::remove_file(&sock.0);
+            }
+            let mut peer = dpdk(
+                "vukill",
+                0,
+                &format!("net_virtio_user0,path={},queues=1{server}", sock.0),
+                "txonly",
+                &["--single-file-segments"],
+                &[],
+            );
+            dpdk_forwarding(&mut peer);
+            // Traffic until our statistics show more frames than before this frontend.
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            while our_rx_so_far(&me) <= seen {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "client={client} round {round}: no traffic from the new frontend:\n{}",
+                    me.output()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            seen = our_rx_so_far(&me);
+            drop(peer); // SIGKILL, as a crash
+            std::thread::sleep(Duration::from_millis(500));
+            fds.push(fds_of(me.pid()));
+        }
+        let (lo, hi) = (fds.iter().min().unwrap(), fds.iter().max().unwrap());
+        assert!(hi - lo <= 2, "client={client}: our fd count went {fds:?}");
+        me.interrupt();
+        let out = me.wait(Duration::from_secs(20));
+        assert!(out.status.success(), "client={client}: {out:?}");
+    }
 }

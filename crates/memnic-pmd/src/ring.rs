@@ -71,8 +71,15 @@ pub(crate) fn receive(
         // Small frames are copied rounded up to 32 bytes (both the slot and the buffer have
         // the room): fixed-size vector moves instead of a memcpy call.
         let n = padded(len as usize, m.capacity());
-        let src = region.slice(off + SLOT_DATA, n);
-        if !matches!(src, Ok(s) if m.fill_from(&s, len as usize)) {
+        // A private buffer is filled straight from the slot (one bounds check); any other
+        // through a window.
+        let filled = match m.fill_slice(len as usize, n) {
+            Some(dst) => region.read_bytes(off + SLOT_DATA, dst).is_ok(),
+            None => {
+                matches!(region.slice(off + SLOT_DATA, n), Ok(s) if m.fill_from(&s, len as usize))
+            }
+        };
+        if !filled {
             bad_length(st);
             continue;
         }

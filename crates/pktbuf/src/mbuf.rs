@@ -287,6 +287,23 @@ impl Mbuf {
         true
     }
 
+    /// Receives into a lone private segment: sets its length to `len` and returns its first
+    /// `n` bytes (`len <= n <= capacity`: a copy rounded up) for the caller to write. None for
+    /// any other packet (then [`Mbuf::fill_from`]), and no change.
+    #[inline(always)]
+    pub fn fill_slice(&mut self, len: usize, n: usize) -> Option<&mut [u8]> {
+        if self.kind != SegKind::Private || self.nb_segs != 1 || len > n || n > self.capacity() {
+            return None;
+        }
+        self.data_len = len as u32;
+        self.pkt_len = len as u32;
+        // SAFETY: private memory owned by this Mbuf, data_off + n <= buf_len (checked above);
+        // exclusive through &mut self for the slice's lifetime.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(self.buf.as_ptr().add(self.data_off as usize), n)
+        })
+    }
+
     /// Appends the bytes of `src` to the end of the packet: into the last segment's tailroom,
     /// then into buffers from `cache` chained on. False when the pool runs dry or the chain
     /// would grow past its limits (what was appended so far stays; callers drop the packet).

@@ -71,6 +71,30 @@ fn alloc_len_up_to_hands_out_buffers_of_that_length() {
     }
 }
 
+/// The receive fast path: only a lone private buffer is handed out as a slice, and only
+/// within its room; anything else is refused without a change.
+#[test]
+fn fill_slice_only_for_a_lone_private_buffer_within_its_room() {
+    let private = pool(4, false);
+    let room = private.data_room() as usize;
+    let mut m = private.alloc().unwrap();
+    let dst = m.fill_slice(60, 64).expect("private, lone, in room");
+    assert_eq!(dst.len(), 64);
+    dst.fill(7);
+    assert_eq!((m.len(), m.data_len()), (60, 60));
+    assert_eq!(m.to_vec(), vec![7u8; 60]);
+    assert!(m.fill_slice(61, 60).is_none(), "n below len");
+    assert!(m.fill_slice(10, room + 1).is_none(), "past the room");
+    assert_eq!(m.len(), 60, "refusals change nothing");
+    let mut chain = filled(&private, &[1; 10]);
+    assert!(chain.chain(filled(&private, &[2; 10])).is_ok());
+    assert!(chain.fill_slice(5, 5).is_none(), "a chain");
+    let shared = pool(4, true);
+    let mut s = shared.alloc().unwrap();
+    assert!(s.fill_slice(5, 5).is_none(), "peer-visible memory");
+    assert_eq!(s.len(), 0);
+}
+
 #[test]
 fn buffers_do_not_overlap_and_keep_their_bytes() {
     let pool = pool(8, false);

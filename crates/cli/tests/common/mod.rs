@@ -32,6 +32,22 @@ pub fn spawn_program(program: &str, args: &[&str]) -> Proc {
     Proc::spawn(cmd, Stdin::Null)
 }
 
+/// `memnic testpmd -l CPU --vdev VDEV --forward-mode MODE EXTRA...`.
+pub fn testpmd(cpu: u32, vdev: &str, mode: &str, extra: &[&str]) -> Proc {
+    let cpu = cpu.to_string();
+    let mut args = vec![
+        "testpmd",
+        "-l",
+        &cpu,
+        "--vdev",
+        vdev,
+        "--forward-mode",
+        mode,
+    ];
+    args.extend_from_slice(extra);
+    spawn(&args)
+}
+
 /// Runs memnic to completion (60 s at most).
 pub fn memnic(args: &[&str]) -> Output {
     spawn(args).wait(Duration::from_secs(60))
