@@ -655,30 +655,31 @@ impl Region {
 #[inline(always)]
 pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     // Up to 128 bytes in straight-line moves that may overlap each other (a memcpy call, or a
-    // loop, spent more on getting there than on the moves at these sizes).
-    if (32..=64).contains(&len) {
-        // SAFETY: 32 <= len: both moves lie in 0..len of the ranges the caller guarantees.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src, dst, 32);
-            std::ptr::copy_nonoverlapping(src.add(len - 32), dst.add(len - 32), 32);
-        }
-    } else if (65..=128).contains(&len) {
-        // SAFETY: 64 < len: all four moves lie in 0..len, as above.
+    // loop, spent more on getting there than on the moves at these sizes). Longer copies pay
+    // one compare before memcpy.
+    if len > 128 || len < 16 {
+        // SAFETY: as guaranteed by the caller.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+    } else if len > 64 {
+        // SAFETY: 64 < len: all four moves lie in 0..len of the ranges the caller guarantees.
         unsafe {
             std::ptr::copy_nonoverlapping(src, dst, 32);
             std::ptr::copy_nonoverlapping(src.add(32), dst.add(32), 32);
             std::ptr::copy_nonoverlapping(src.add(len - 64), dst.add(len - 64), 32);
             std::ptr::copy_nonoverlapping(src.add(len - 32), dst.add(len - 32), 32);
         }
-    } else if (16..32).contains(&len) {
+    } else if len >= 32 {
+        // SAFETY: 32 <= len: both moves lie in 0..len, as above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, 32);
+            std::ptr::copy_nonoverlapping(src.add(len - 32), dst.add(len - 32), 32);
+        }
+    } else {
         // SAFETY: 16 <= len: as above.
         unsafe {
             std::ptr::copy_nonoverlapping(src, dst, 16);
             std::ptr::copy_nonoverlapping(src.add(len - 16), dst.add(len - 16), 16);
         }
-    } else {
-        // SAFETY: as guaranteed by the caller.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
     }
 }
 
