@@ -657,7 +657,7 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     // Up to 128 bytes in straight-line moves that may overlap each other (a memcpy call, or a
     // loop, spent more on getting there than on the moves at these sizes). Longer copies pay
     // one compare before memcpy.
-    if len > 128 || len < 16 {
+    if !(16..=128).contains(&len) {
         // SAFETY: as guaranteed by the caller.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
     } else if len > 64 {
