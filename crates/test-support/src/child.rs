@@ -170,12 +170,12 @@ impl Child {
         let stat =
             std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
         // Fields after the command name (which ends with ')'): utime is the 14th field overall.
+        // After it: state (field 3, a letter), then numbers; utime and stime are fields 14
+        // and 15, so the 12th and 13th tokens here (every token counted, the letter too).
         let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<u64> = rest
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        let ticks = field(11) + field(12);
         Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
     }
 

@@ -55,7 +55,7 @@ struct Vring {
     addrs: Option<RingAddrs>,
     base: u16,
     call: Option<Arc<EventFd>>,
-    kick: Option<File>,
+    kick: Option<Arc<EventFd>>,
     started: bool,
     enabled: bool,
     /// Its queue had it installed at the last `install` (so its position is read back).
@@ -164,6 +164,7 @@ impl Device {
                         mrg_rxbuf: mrg,
                         event_idx,
                         call: v.call.clone(),
+                        kick: v.kick.clone(),
                         base: v.base,
                         enabled: v.enabled,
                     }),
@@ -327,8 +328,14 @@ impl VhostUserBackendReqHandlerMut for Device {
             "set_vring_kick index {index} fd {}",
             fd.is_some()
         ));
+        let kick = match fd {
+            Some(f) => Some(Arc::new(
+                EventFd::from_fd(OwnedFd::from(f)).map_err(|_| VuError::InvalidParam)?,
+            )),
+            None => None,
+        };
         let v = self.vring(index as u32)?;
-        v.kick = fd;
+        v.kick = kick;
         v.started = true;
         self.install();
         Ok(())
