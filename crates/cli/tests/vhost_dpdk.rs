@@ -289,3 +289,53 @@ fn poll_rx_interrupt_sleeps_while_idle_and_wakes_for_traffic() {
     assert!(n(&j, "rx_packets") > 10_000, "{j}");
     assert_eq!(n(&j, "rx_errors"), 0, "{j}");
 }
+
+/// Two queue pairs (MQ): virtio-user sends on both of its tx queues and each of our two rx
+/// queues, on its own lcore, receives its share. (Three busy lcores on two CPUs: counts, not
+/// rates.)
+#[test]
+fn poll_two_queue_pairs_each_receive_their_share() {
+    if !have_dpdk() {
+        return;
+    }
+    let sock = Sock::new("vu-mq");
+    let me = common::spawn(&[
+        "testpmd",
+        "-l",
+        "0,1",
+        "--nb-cores",
+        "2",
+        "--rxq",
+        "2",
+        "--txq",
+        "2",
+        "--vdev",
+        &format!("vhost0,iface={},queues=2", sock.0),
+        "--forward-mode",
+        "rxonly",
+        "--duration",
+        "6",
+        "--json",
+    ]);
+    common::wait_for_path(&sock.0, Duration::from_secs(10));
+    let mut peer = dpdk(
+        "vumq",
+        0,
+        &format!("net_virtio_user0,path={},queues=2", sock.0),
+        "txonly",
+        &["--single-file-segments"],
+        &["--rxq=2", "--txq=2"],
+    );
+    dpdk_forwarding(&mut peer);
+    let j = json_of(&me.wait(Duration::from_secs(30)));
+    drop(peer);
+    let per_lcore: Vec<u64> = j["lcores"]
+        .as_array()
+        .expect("lcores")
+        .iter()
+        .map(|l| l["rx_packets"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(per_lcore.len(), 2, "{j}");
+    assert!(per_lcore.iter().all(|&r| r > 1000), "{j}");
+    assert_eq!(n(&j, "rx_errors"), 0, "{j}");
+}
