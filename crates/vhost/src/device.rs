@@ -261,7 +261,12 @@ impl VhostUserBackendReqHandlerMut for Device {
         files: Vec<File>,
         _postcopy_listening: Option<bool>,
     ) -> VuResult<Option<Vec<VhostUserMemoryRegionBase>>> {
-        trace(format_args!("set_mem_table"));
+        trace(format_args!(
+            "set_mem_table {:x?}",
+            ctx.iter()
+                .map(|r| (r.guest_phys_addr, r.memory_size, r.user_addr))
+                .collect::<Vec<_>>()
+        ));
         let descs: Vec<RegionDesc> = ctx
             .iter()
             .map(|r| RegionDesc {

@@ -201,6 +201,14 @@ impl VhostPort {
             .sum()
     }
 
+    /// Why the last refused chain (of any queue) was refused.
+    pub fn last_bad_chain(&self) -> Option<crate::chain::ChainError> {
+        self.shared
+            .slots
+            .iter()
+            .find_map(|s| *s.last_bad.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     fn take_queue(
         &mut self,
         rx: bool,

@@ -13,7 +13,8 @@ use memnic_shm::Region;
 use memnic_vhost::chain::ChainError;
 use memnic_vhost::split::{Desc, DESC_F_NEXT};
 use memnic_vhost::{VhostConfig, VhostPort};
-use vhost::vhost_user::Frontend;
+use vhost::vhost_user::message::{VhostUserHeaderFlag, VhostUserProtocolFeatures};
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -25,6 +26,7 @@ const AVAIL: u64 = 0x1000;
 const USED: u64 = 0x2000;
 const BUF: u64 = 0x10000;
 const VERSION_1: u64 = 1 << 32;
+const PROTOCOL_FEATURES: u64 = 1 << 30;
 /// virtio-net header bytes with VERSION_1.
 const HDR: usize = 12;
 
@@ -72,13 +74,24 @@ impl Guest {
     }
 }
 
-/// A frontend that sets up the guest's tx virtqueue (index 1) over `g`'s memory.
-fn frontend(path: &str, g: &Guest, kick: &EventFd) -> Frontend {
-    let f = Frontend::connect(path, 2).unwrap();
+/// A frontend that sets up the guest's tx virtqueue (index 1) over `g`'s memory. With
+/// `reply_ack`, PROTOCOL_FEATURES and REPLY_ACK are negotiated (every request waits for our
+/// answer, as QEMU's SET_MEM_TABLE does) and the ring is enabled explicitly; without, the ring
+/// runs as soon as it starts and requests are not acknowledged.
+fn frontend(path: &str, g: &Guest, kick: &EventFd, reply_ack: bool) -> Frontend {
+    let mut f = Frontend::connect(path, 2).unwrap();
     f.set_owner().unwrap();
     assert!(f.get_features().unwrap() & VERSION_1 != 0);
-    // No PROTOCOL_FEATURES: the rings are enabled as soon as they start.
-    f.set_features(VERSION_1).unwrap();
+    if reply_ack {
+        f.set_features(VERSION_1 | PROTOCOL_FEATURES).unwrap();
+        let p = f.get_protocol_features().unwrap();
+        assert!(p.contains(VhostUserProtocolFeatures::REPLY_ACK));
+        f.set_protocol_features(VhostUserProtocolFeatures::REPLY_ACK)
+            .unwrap();
+        f.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    } else {
+        f.set_features(VERSION_1).unwrap();
+    }
     f.set_mem_table(&[VhostUserMemoryRegionInfo {
         guest_phys_addr: 0,
         memory_size: SIZE as u64,
@@ -103,6 +116,9 @@ fn frontend(path: &str, g: &Guest, kick: &EventFd) -> Frontend {
     .unwrap();
     f.set_vring_base(1, 0).unwrap();
     f.set_vring_kick(1, kick).unwrap();
+    if reply_ack {
+        f.set_vring_enable(1, true).unwrap();
+    }
     f
 }
 
@@ -135,7 +151,7 @@ fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
     let mut rxq = port.take_rx_queue(0, &pool).unwrap();
     let g = Guest::new();
     let kick = EventFd::new(0).unwrap();
-    let f = frontend(&path, &g, &kick);
+    let f = frontend(&path, &g, &kick, false);
     let end = Instant::now() + Duration::from_secs(5);
     while !port.link().up {
         assert!(Instant::now() < end, "link up");
@@ -203,7 +219,7 @@ fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
 
     // The next frontend is served: ring from 0 again, a valid frame arrives.
     let g2 = Guest::new();
-    let _f2 = frontend(&path, &g2, &kick);
+    let _f2 = frontend(&path, &g2, &kick, false);
     let (a, l) = g2.frame(0, 100, 0x5a);
     g2.desc(0, d(a, l, 0, 0));
     g2.offer(0, 0);
@@ -212,6 +228,68 @@ fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
     });
     assert_eq!(got[1].to_vec(), vec![0x5a; 100]);
     assert_eq!(port.connects(), 2);
+    drop(rxq);
+    drop(port);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SET_MEM_TABLE while the ring runs (memory hot-added, as QEMU sends it, waiting for our
+/// REPLY_ACK before it uses the new memory): the ring goes on where it was, a frame in the new
+/// region arrives, and one across the seam of the two regions too.
+#[test]
+fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region() {
+    let dir = std::env::temp_dir().join(format!("memnic-fe2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vhost.sock").display().to_string();
+    let mut port = VhostPort::new("vhost0", VhostConfig::new(&path)).unwrap();
+    let pool = memnic_test_support::pool("fe2", 256, 2048);
+    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&path, &g, &kick, true);
+    let mut got = Vec::new();
+    let (a, l) = g.frame(0, 60, 1);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    poll(&mut *rxq, &mut got, "a frame before", |v| v.len() == 1);
+
+    // A second region right after the first, in guest-physical and frontend-virtual space.
+    let more = Region::memfd("fe2-more", SIZE, false).unwrap();
+    let more_fd = File::from(more.fd().unwrap().try_clone_to_owned().unwrap());
+    let info = |gpa: u64, fd: &File| VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: SIZE as u64,
+        userspace_addr: UVA + gpa,
+        mmap_offset: 0,
+        mmap_handle: fd.as_raw_fd(),
+    };
+    f.set_mem_table(&[info(0, &g.fd), info(SIZE as u64, &more_fd)])
+        .unwrap();
+    // A frame whose bytes are in the new region.
+    let mut b = vec![0u8; HDR + 80];
+    b[HDR..].fill(2);
+    more.write_bytes(0x100, &b).unwrap();
+    g.desc(1, d(SIZE as u64 + 0x100, b.len() as u32, 0, 0));
+    g.offer(1, 1);
+    poll(&mut *rxq, &mut got, "a frame in the new region", |v| {
+        v.len() == 2
+    });
+    assert_eq!(got[1].to_vec(), vec![2u8; 80]);
+    assert_eq!(g.used_idx(), 2, "the ring went on where it was");
+    assert_eq!(port.bad_chains(), 0);
+    // A buffer across the seam of the two regions is two pieces, one frame.
+    let mut c = vec![0u8; HDR + 64];
+    c[HDR..].fill(3);
+    let seam = SIZE as u64 - 40;
+    g.mem.write_bytes(seam as usize, &c[..40]).unwrap();
+    more.write_bytes(0, &c[40..]).unwrap();
+    g.desc(2, d(seam, c.len() as u32, 0, 0));
+    g.offer(2, 2);
+    poll(&mut *rxq, &mut got, "a frame across the seam", |v| {
+        v.len() == 3
+    });
+    assert_eq!(got[2].to_vec(), vec![3u8; 64]);
+    drop(f);
     drop(rxq);
     drop(port);
     let _ = std::fs::remove_dir_all(&dir);
