@@ -278,7 +278,7 @@ fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region(
     assert_eq!(g.used_idx(), 2, "the ring went on where it was");
     assert_eq!(port.bad_chains(), 0);
     // A buffer across the seam of the two regions is two pieces, one frame.
-    let mut c = vec![0u8; HDR + 64];
+    let mut c = [0u8; HDR + 64];
     c[HDR..].fill(3);
     let seam = SIZE as u64 - 40;
     g.mem.write_bytes(seam as usize, &c[..40]).unwrap();
