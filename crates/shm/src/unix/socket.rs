@@ -374,6 +374,7 @@ impl SeqpacketConn {
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
         msg.msg_controllen = RECV_CONTROL_LEN as _;
+        let mut reset_seen = false;
         let n = loop {
             // SAFETY: `iov` covers the live, writable `buf`; `control` has RECV_CONTROL_LEN
             // writable, aligned bytes; the kernel writes within those bounds and updates `msg`.
@@ -385,7 +386,13 @@ impl SeqpacketConn {
             match source.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) => return Err(ShmError::WouldBlock { op: "receive" }),
-                // A reset connection is the peer going away: report it as end of file.
+                // The peer closed while our messages were still unread in its queue. Linux
+                // reports that reset once, before the messages the peer sent us last (a
+                // DISCONNECT and its reason): read on once, then it is the end of file.
+                Some(libc::ECONNRESET) if !reset_seen => {
+                    reset_seen = true;
+                    continue;
+                }
                 Some(libc::ECONNRESET) => {
                     return Ok(Received {
                         len: 0,
@@ -544,6 +551,21 @@ mod tests {
         ev2.notify().unwrap();
         assert!(ev.wait(Some(Duration::from_secs(5))).unwrap());
         assert_eq!(ev.drain().unwrap(), 1);
+    }
+
+    /// A peer that closes with our messages unread makes Linux report ECONNRESET once, ahead of
+    /// what it sent us last: that last message (a DISCONNECT, say) is still received, then the
+    /// end of file.
+    #[test]
+    fn the_last_message_of_a_peer_that_closed_with_ours_unread_is_received() {
+        let (a, b) = SeqpacketConn::pair().unwrap();
+        a.send(b"unread by b", &[]).unwrap();
+        b.send(b"goodbye", &[]).unwrap();
+        drop(b);
+        let mut buf = [0u8; 64];
+        let got = a.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..got.len], b"goodbye");
+        assert!(a.recv(&mut buf).unwrap().is_eof());
     }
 
     #[test]
