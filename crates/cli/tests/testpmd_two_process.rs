@@ -16,18 +16,6 @@ fn n(v: &serde_json::Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("field {k} missing in {v}"))
 }
 
-fn assert_clean(p: &serde_json::Value) {
-    for k in [
-        "lost",
-        "corrupted",
-        "duplicated",
-        "reordered",
-        "unknown_flows",
-    ] {
-        assert_eq!(n(p, k), 0, "{k} in {p}");
-    }
-}
-
 /// Host generates, guest verifies, for 10 s; then the reverse.
 #[test]
 fn poll_txonly_to_rxonly_both_ways_verified() {
@@ -87,7 +75,7 @@ fn poll_txonly_to_rxonly_both_ways_verified() {
         } else {
             (port(&gj), port(&hj))
         };
-        assert_clean(rx);
+        common::assert_verified_clean(rx, &rx.to_string());
         assert!(
             n(rx, "good") > 100_000,
             "{sender}→{receiver}: too little traffic: {rx}"

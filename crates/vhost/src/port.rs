@@ -245,6 +245,8 @@ impl VhostPort {
 
 impl Drop for VhostPort {
     fn drop(&mut self) {
+        // Relaxed: the join below orders everything after it; the thread only needs to see
+        // the flag eventually (it looks every TICK).
         self.shared.stop.store(true, Relaxed);
         if let Some(t) = self.control.take() {
             let _ = t.join();

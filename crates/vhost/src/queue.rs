@@ -59,6 +59,7 @@ impl VringSlot {
     #[cold]
     #[inline(never)]
     pub fn bad_chain(&self, e: ChainError) {
+        // Relaxed: a counter; nothing is ordered by it.
         self.bad_chains.fetch_add(1, Relaxed);
         *self.last_bad.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
     }
@@ -157,6 +158,7 @@ impl Core {
     #[inline(never)]
     fn broken(&mut self, _why: Broken) {
         self.stats.errors += 1;
+        // Relaxed: a counter; nothing is ordered by it.
         self.slot.broken.fetch_add(1, Relaxed);
         self.conn = None;
     }
@@ -518,16 +520,15 @@ fn write_merged(
     let need = c.hdr_len + m.len();
     let mut done = 0; // bytes of header + frame placed
     let mut n: u16 = 0;
-    // First pass: check the chains and size them, so a frame that does not fit consumes none.
-    let mut sizes = [0u32; 64];
+    // First pass: check the chains and add up their room, so a frame that does not fit
+    // consumes none.
     while done < need {
-        if n == avail || n as usize == sizes.len() {
+        if n == avail {
             return Written::NoRoom;
         }
         let head = c.ring.avail_head(avail_at.wrapping_add(n));
         match walk(&c.ring, &c.mem, head, Dir::Writable, pieces) {
             Ok(t) if t > 0 => {
-                sizes[n as usize] = t;
                 done += t as usize;
                 n += 1;
             }
@@ -570,6 +571,5 @@ fn write_merged(
         c.ring
             .set_used_elem(used_at.wrapping_add(k), head, (at + wrote) as u32);
     }
-    let _ = sizes;
     Written::Chains(n)
 }

@@ -68,3 +68,23 @@ pub fn json_of(out: &Output) -> serde_json::Value {
         });
     serde_json::from_str(line).expect("valid JSON")
 }
+
+/// The verifier's counters a clean run leaves at zero.
+pub const VERIFY_FAULTS: [&str; 5] = [
+    "lost",
+    "corrupted",
+    "duplicated",
+    "reordered",
+    "unknown_flows",
+];
+
+/// Fails, naming the counter and `context`, unless every verifier fault counter of `port` (one
+/// port's object in testpmd's JSON) is zero.
+pub fn assert_verified_clean(port: &serde_json::Value, context: &str) {
+    for k in VERIFY_FAULTS {
+        let v = port[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {port}"));
+        assert_eq!(v, 0, "{k}: {context}");
+    }
+}
