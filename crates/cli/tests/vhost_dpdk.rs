@@ -1,7 +1,8 @@
 //! Interop with DPDK's virtio-user (Debian's dpdk-testpmd 22.11, `net_virtio_user`) as the
 //! frontend of our vhost-user backend: both directions at 64, 1518 and 9000 bytes (mergeable
-//! buffers), with DPDK's in-order and mergeable-buffer paths on and off, our backend as the
-//! socket's server and as its client, and verified round trips through DPDK's macswap.
+//! buffers), split and packed rings, with DPDK's in-order and mergeable-buffer paths on and
+//! off, our backend as the socket's server and as its client, and verified round trips
+//! through DPDK's macswap.
 //!
 //! `.ci/run` installs DPDK; without `dpdk-testpmd` these tests fail (set MEMNIC_SKIP_DPDK=1 to
 //! skip them on a machine without DPDK).
@@ -49,7 +50,13 @@ fn poll_virtio_user_sends_to_our_backend() {
     if !have_dpdk() {
         return;
     }
-    for (size, opts) in [(64, ""), (1518, ""), (64, ",in_order=0,mrg_rxbuf=0")] {
+    for (size, opts) in [
+        (64, ""),
+        (1518, ""),
+        (64, ",in_order=0,mrg_rxbuf=0"),
+        (64, ",packed_vq=1"),
+        (1518, ",packed_vq=1,in_order=0,mrg_rxbuf=0"),
+    ] {
         let sock = Sock::new(&format!("vu-tx-{size}"));
         let me = ours(&format!("vhost0,iface={}", sock.0), "rxonly", size, 5, &[]);
         common::wait_for_path(&sock.0, Duration::from_secs(10));
@@ -87,6 +94,9 @@ fn poll_our_backend_sends_to_virtio_user() {
         (1518, ""),
         (1518, ",in_order=0,mrg_rxbuf=0"),
         (9000, ",mrg_rxbuf=1"),
+        (64, ",packed_vq=1"),
+        (1518, ",packed_vq=1,mrg_rxbuf=0"),
+        (9000, ",packed_vq=1,mrg_rxbuf=1"),
     ] {
         let sock = Sock::new(&format!("vu-rx-{size}"));
         let me = ours(&format!("vhost0,iface={}", sock.0), "txonly", size, 5, &[]);
@@ -169,6 +179,22 @@ fn poll_round_trip_with_our_backend_as_socket_client() {
     round_trip("vumacclient", 64, "", "256", true);
 }
 
+/// Packed rings (VIRTIO_F_RING_PACKED), through each of DPDK's packed paths: in order with
+/// mergeable buffers, neither, a 9000-byte chain, and our backend as the socket's client.
+#[test]
+fn poll_packed_round_trips_through_virtio_user_macswap_are_clean() {
+    round_trip("vupk64", 64, ",packed_vq=1", "256", false);
+    round_trip(
+        "vupkplain",
+        1518,
+        ",packed_vq=1,in_order=0,mrg_rxbuf=0",
+        "256",
+        false,
+    );
+    round_trip("vupk9000", 9000, ",packed_vq=1,in_order=0", "32", false);
+    round_trip("vupkclient", 64, ",packed_vq=1", "256", true);
+}
+
 /// The largest RX-packets our testpmd's periodic statistics have shown so far.
 fn our_rx_so_far(p: &Proc) -> u64 {
     p.output()
@@ -246,12 +272,19 @@ fn poll_frontend_killed_ten_times_during_traffic() {
 }
 
 /// `--rx-interrupt`: with a frontend that sends nothing our rx lcore sleeps on the kick eventfd
-/// (we ask virtio-user to kick by clearing used.flags' NO_NOTIFY), and it wakes up for traffic.
+/// (we ask virtio-user to kick: used.flags without NO_NOTIFY, or a packed ring's device event
+/// flags ENABLE), and it wakes up for traffic.
 #[test]
 fn poll_rx_interrupt_sleeps_while_idle_and_wakes_for_traffic() {
     if !have_dpdk() {
         return;
     }
+    for opts in ["", ",packed_vq=1"] {
+        rx_interrupt(opts);
+    }
+}
+
+fn rx_interrupt(opts: &str) {
     let sock = Sock::new("vu-irq");
     let dev = format!("vhost0,iface={}", sock.0);
     let me = common::testpmd(
@@ -261,7 +294,7 @@ fn poll_rx_interrupt_sleeps_while_idle_and_wakes_for_traffic() {
         &["--rx-interrupt", "--duration", "12", "--json"],
     );
     common::wait_for_path(&sock.0, Duration::from_secs(10));
-    let mut idle = virtio_user("vuirq", &sock.0, "", "rxonly");
+    let mut idle = virtio_user("vuirq", &sock.0, opts, "rxonly");
     dpdk_forwarding(&mut idle);
     std::thread::sleep(Duration::from_millis(300));
     let t0 = me.cpu_time();
@@ -271,26 +304,32 @@ fn poll_rx_interrupt_sleeps_while_idle_and_wakes_for_traffic() {
     // (Measured: about 10 ms asleep; a spinning lcore used 1.6 s with the machine loaded.)
     assert!(
         spent < Duration::from_millis(600),
-        "an idle interrupt-mode lcore used {spent:?} of CPU in 2.5 s"
+        "{opts}: an idle interrupt-mode lcore used {spent:?} of CPU in 2.5 s"
     );
     std::thread::sleep(Duration::from_millis(300));
-    let mut busy = virtio_user("vuirq", &sock.0, "", "txonly");
+    let mut busy = virtio_user("vuirq", &sock.0, opts, "txonly");
     dpdk_forwarding(&mut busy);
     std::thread::sleep(Duration::from_secs(2));
     drop(busy);
     let j = json_of(&me.wait(Duration::from_secs(30)));
-    assert!(n(&j, "rx_packets") > 10_000, "{j}");
-    assert_eq!(n(&j, "rx_errors"), 0, "{j}");
+    assert!(n(&j, "rx_packets") > 10_000, "{opts}: {j}");
+    assert_eq!(n(&j, "rx_errors"), 0, "{opts}: {j}");
 }
 
 /// Two queue pairs (MQ): virtio-user sends on both of its tx queues and each of our two rx
 /// queues, on its own lcore, receives its share. (Three busy lcores on two CPUs: counts, not
-/// rates.)
+/// rates.) Split and packed rings.
 #[test]
 fn poll_two_queue_pairs_each_receive_their_share() {
     if !have_dpdk() {
         return;
     }
+    for opts in ["", ",packed_vq=1"] {
+        two_queue_pairs(opts);
+    }
+}
+
+fn two_queue_pairs(opts: &str) {
     let sock = Sock::new("vu-mq");
     let me = common::spawn(&[
         "testpmd",
@@ -314,7 +353,7 @@ fn poll_two_queue_pairs_each_receive_their_share() {
     let mut peer = dpdk(
         "vumq",
         0,
-        &format!("net_virtio_user0,path={},queues=2", sock.0),
+        &format!("net_virtio_user0,path={},queues=2{opts}", sock.0),
         "txonly",
         &["--single-file-segments"],
         &["--rxq=2", "--txq=2"],
@@ -328,7 +367,7 @@ fn poll_two_queue_pairs_each_receive_their_share() {
         .iter()
         .map(|l| l["rx_packets"].as_u64().unwrap_or(0))
         .collect();
-    assert_eq!(per_lcore.len(), 2, "{j}");
-    assert!(per_lcore.iter().all(|&r| r > 1000), "{j}");
-    assert_eq!(n(&j, "rx_errors"), 0, "{j}");
+    assert_eq!(per_lcore.len(), 2, "{opts}: {j}");
+    assert!(per_lcore.iter().all(|&r| r > 1000), "{opts}: {j}");
+    assert_eq!(n(&j, "rx_errors"), 0, "{opts}: {j}");
 }

@@ -13,7 +13,9 @@
 //! * The chain's total length is checked for overflow.
 
 use crate::mem::MemTable;
+use crate::packed::{PackedDesc, PackedRing};
 use crate::split::{Desc, SplitRing, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
+use crate::vring::{Broken, Chain};
 
 /// A checked part of a chain's buffers: `len` bytes at `off` in region `region` of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,16 +90,70 @@ pub fn walk(
             if d.flags & DESC_F_NEXT != 0 {
                 return Err(ChainError::IndirectWithNext);
             }
-            walker.indirect(&d, size)?;
+            walker.indirect(d.addr, d.len, size, Layout::Split)?;
             return Ok(walker.total);
         }
-        walker.buffer(&d)?;
+        walker.buffer(d.addr, d.len, d.flags)?;
         if d.flags & DESC_F_NEXT == 0 {
             return Ok(walker.total);
         }
         index = d.next;
     }
     Err(ChainError::TooLong)
+}
+
+/// Walks the packed chain that starts at slot `idx` (its head's flags said available): the
+/// slots up to the first without NEXT, wrapping at the end of the ring. Returns the chain (its
+/// buffer id is the last slot's) and the outcome of its walk; a refused chain is still walked
+/// to its end, so it can be handed back. A chain that does not end within the queue leaves no
+/// way to find the next one: the ring is broken.
+pub fn walk_packed(
+    ring: &PackedRing,
+    mem: &MemTable,
+    idx: u16,
+    dir: Dir,
+    out: &mut Vec<Piece>,
+) -> Result<(Chain, Result<u32, ChainError>), Broken> {
+    out.clear();
+    let size = ring.size();
+    let mut walker = Walker {
+        mem,
+        dir,
+        out,
+        total: 0,
+    };
+    let mut refused = None;
+    let mut i = idx;
+    for descs in 1..=size {
+        let d = ring.desc(i);
+        if refused.is_none() {
+            let r = if d.flags & DESC_F_INDIRECT != 0 {
+                if d.flags & DESC_F_NEXT != 0 {
+                    Err(ChainError::IndirectWithNext)
+                } else {
+                    walker.indirect(d.addr, d.len, size, Layout::Packed)
+                }
+            } else {
+                walker.buffer(d.addr, d.len, d.flags)
+            };
+            refused = r.err();
+        }
+        if d.flags & DESC_F_NEXT == 0 {
+            let chain = Chain { id: d.id, descs };
+            return Ok((chain, refused.map_or(Ok(walker.total), Err)));
+        }
+        i = if i + 1 == size { 0 } else { i + 1 };
+    }
+    Err(Broken::EndlessChain)
+}
+
+/// How an indirect table's entries are laid out and linked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Split descriptors, linked by NEXT and `next`.
+    Split,
+    /// Packed descriptors, one after the other: the whole table is the chain.
+    Packed,
 }
 
 struct Walker<'a> {
@@ -110,43 +166,42 @@ struct Walker<'a> {
 impl Walker<'_> {
     /// One buffer: its direction, its range in guest memory, the running total.
     #[inline(always)]
-    fn buffer(&mut self, d: &Desc) -> Result<(), ChainError> {
-        let writable = d.flags & DESC_F_WRITE != 0;
+    fn buffer(&mut self, addr: u64, len: u32, flags: u16) -> Result<(), ChainError> {
+        let writable = flags & DESC_F_WRITE != 0;
         match (self.dir, writable) {
             (Dir::Readable, true) => return Err(ChainError::WrongDirection("device-writable")),
             (Dir::Writable, false) => return Err(ChainError::WrongDirection("device-readable")),
             _ => {}
         }
-        self.total = self.total.checked_add(d.len).ok_or(ChainError::Overflow)?;
+        self.total = self.total.checked_add(len).ok_or(ChainError::Overflow)?;
         let out = &mut *self.out;
         let mapped = self
             .mem
-            .for_each_piece(d.addr, d.len as u64, |region, off, len| {
+            .for_each_piece(addr, len as u64, |region, off, len| {
                 out.push(Piece { region, off, len })
             });
         if !mapped {
-            return Err(ChainError::Unmapped {
-                addr: d.addr,
-                len: d.len,
-            });
+            return Err(ChainError::Unmapped { addr, len });
         }
         Ok(())
     }
 
-    /// An indirect table: one region holds it whole, and its chain is walked as the main
-    /// table's is, bounded by its own length.
-    fn indirect(&mut self, d: &Desc, size: u16) -> Result<(), ChainError> {
-        let count = d.len / 16;
-        if d.len == 0 || !d.len.is_multiple_of(16) || count > size as u32 {
-            return Err(ChainError::BadIndirectLen(d.len));
+    /// An indirect table at `addr` (`len` bytes): one region holds it whole, and its chain is
+    /// walked as the ring's is (split: by NEXT; packed: every entry in turn), bounded by its
+    /// own length.
+    fn indirect(
+        &mut self,
+        addr: u64,
+        len: u32,
+        size: u16,
+        layout: Layout,
+    ) -> Result<(), ChainError> {
+        let count = len / 16;
+        if len == 0 || !len.is_multiple_of(16) || count > size as u32 {
+            return Err(ChainError::BadIndirectLen(len));
         }
-        let (region, base) = self
-            .mem
-            .gpa(d.addr, d.len as u64)
-            .ok_or(ChainError::Unmapped {
-                addr: d.addr,
-                len: d.len,
-            })?;
+        let unmapped = ChainError::Unmapped { addr, len };
+        let (region, base) = self.mem.gpa(addr, len as u64).ok_or(unmapped)?;
         let table = self.mem.map(region);
         let mut index: u32 = 0;
         for _ in 0..count {
@@ -154,26 +209,44 @@ impl Walker<'_> {
             // index < count: inside the range checked just above.
             table
                 .read_bytes(base + 16 * index as usize, &mut b)
-                .map_err(|_| ChainError::Unmapped {
-                    addr: d.addr,
-                    len: d.len,
-                })?;
-            let e = Desc::parse(&b);
-            if e.flags & DESC_F_INDIRECT != 0 {
+                .map_err(|_| unmapped)?;
+            let (addr, len, flags, next) = match layout {
+                Layout::Split => {
+                    let e = Desc::parse(&b);
+                    (e.addr, e.len, e.flags, e.next as u32)
+                }
+                Layout::Packed => {
+                    let e = PackedDesc::parse(&b);
+                    // DPDK's virtio driver presets every entry of its packed tx indirect
+                    // tables device-writable (`vring_desc_init_indirect_packed`) and keeps
+                    // the flag on the header entry; its vhost ignores the flag on dequeue. A
+                    // buffer we only read is safe either way, so a tx table's WRITE flags are
+                    // ignored (an rx table's buffers must still all be writable).
+                    let flags = match self.dir {
+                        Dir::Readable => e.flags & !DESC_F_WRITE,
+                        Dir::Writable => e.flags,
+                    };
+                    (e.addr, e.len, flags, index + 1)
+                }
+            };
+            if flags & DESC_F_INDIRECT != 0 {
                 return Err(ChainError::NestedIndirect);
             }
-            self.buffer(&e)?;
-            if e.flags & DESC_F_NEXT == 0 {
+            self.buffer(addr, len, flags)?;
+            if layout == Layout::Split && flags & DESC_F_NEXT == 0 {
                 return Ok(());
             }
-            index = e.next as u32;
-            if index >= count {
+            index = next;
+            if layout == Layout::Split && index >= count {
                 return Err(ChainError::IndexOutOfRange {
-                    index: e.next,
+                    index: next as u16,
                     size: count as u16,
                 });
             }
         }
-        Err(ChainError::TooLong)
+        match layout {
+            Layout::Split => Err(ChainError::TooLong),
+            Layout::Packed => Ok(()),
+        }
     }
 }

@@ -28,9 +28,11 @@ use memnic_ethdev::MacAddr;
 use memnic_shm::unix::EventFd;
 
 use crate::mem::{MemTable, RegionDesc, MAX_MEM_SLOTS};
+use crate::packed::PackedRing;
 use crate::port::Shared;
 use crate::queue::VringConn;
-use crate::split::{RingAddrs, SplitRing, MAX_QUEUE_SIZE};
+use crate::split::{SplitRing, MAX_QUEUE_SIZE};
+use crate::vring::{Ring, RingAddrs, RingError};
 
 /// virtio feature bits (virtio 1.x §6, §5.1.3).
 pub mod feature {
@@ -44,6 +46,7 @@ pub mod feature {
     pub const F_EVENT_IDX: u64 = 1 << 29;
     pub const F_PROTOCOL_FEATURES: u64 = 1 << 30;
     pub const F_VERSION_1: u64 = 1 << 32;
+    pub const F_RING_PACKED: u64 = 1 << 34;
     pub const F_IN_ORDER: u64 = 1 << 35;
 }
 use feature::*;
@@ -100,6 +103,7 @@ impl Device {
             | F_EVENT_IDX
             | F_PROTOCOL_FEATURES
             | F_VERSION_1
+            | F_RING_PACKED
             | F_IN_ORDER;
         if queues > 1 {
             offered |= NET_F_MQ;
@@ -152,11 +156,12 @@ impl Device {
         let hdr_len = self.header_len();
         let mrg = self.acked & NET_F_MRG_RXBUF != 0;
         let event_idx = self.acked & F_EVENT_IDX != 0;
+        let packed = self.acked & F_RING_PACKED != 0;
         let mut conns: Vec<Option<VringConn>> = Vec::with_capacity(self.vrings.len());
         let mut errors = Vec::new();
         for (i, v) in self.vrings.iter().enumerate() {
             let conn = match (&self.mem, v.addrs, v.started) {
-                (Some(mem), Some(addrs), true) => match SplitRing::new(mem, v.num, addrs) {
+                (Some(mem), Some(addrs), true) => match locate(mem, v, addrs, packed) {
                     Ok(ring) => Some(VringConn {
                         ring,
                         mem: mem.clone(),
@@ -198,6 +203,18 @@ impl Device {
     }
 }
 
+/// Locates a ring's areas in the layout the features chose; a packed ring's position must be
+/// one of its slots.
+fn locate(mem: &MemTable, v: &Vring, addrs: RingAddrs, packed: bool) -> Result<Ring, RingError> {
+    if packed {
+        let r = PackedRing::new(mem, v.num, addrs)?;
+        r.check_pos(v.base)?;
+        Ok(Ring::Packed(r))
+    } else {
+        SplitRing::new(mem, v.num, addrs).map(Ring::Split)
+    }
+}
+
 /// With every queue parked: reads back where each installed ring got to, then gives each slot
 /// its new ring (which goes on from there).
 fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>>) {
@@ -212,6 +229,10 @@ fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>
             c
         });
         v.installed = conn.is_some();
+        // Where the queue starts, until its first burst says otherwise: an install that comes
+        // before the queue ran reads this back, not a stale position (a packed ring's base
+        // carries its wrap counter, so a stale 0 would lose it). Relaxed: the queue is parked.
+        slot.last_avail.store(v.base, Relaxed);
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
     }
 }
@@ -287,7 +308,9 @@ impl VhostUserBackendReqHandlerMut for Device {
 
     fn set_vring_num(&mut self, index: u32, num: u32) -> VuResult<()> {
         trace(format_args!("set_vring_num index {index} num {num}"));
-        if num == 0 || num > MAX_QUEUE_SIZE || !num.is_power_of_two() {
+        // Packed rings need no power of two (SET_FEATURES comes first).
+        let packed = self.acked & F_RING_PACKED != 0;
+        if num == 0 || num > MAX_QUEUE_SIZE || !(packed || num.is_power_of_two()) {
             return Err(VuError::InvalidParam);
         }
         self.vring(index)?.num = num;

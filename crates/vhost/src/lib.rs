@@ -2,7 +2,8 @@
 //! `net_virtio_user` (`shared/specs/vhost-user.md`).
 //!
 //! * [`mem`]: guest memory as the frontend shares it, every address checked once.
-//! * [`split`]: the split virtqueue's areas in guest memory.
+//! * [`vring`]: what the data path needs from a virtqueue, either layout.
+//! * [`split`] and [`packed`]: the two virtqueue layouts' areas in guest memory.
 //! * [`chain`]: walking a descriptor chain the guest wrote (bounded, indirect, checked).
 //! * [`queue`]: the data path behind the burst API (copies both ways, batched used-ring
 //!   updates and calls).
@@ -14,8 +15,10 @@
 pub mod chain;
 pub mod device;
 pub mod mem;
+pub mod packed;
 pub mod port;
 pub mod queue;
 pub mod split;
+pub mod vring;
 
 pub use port::{VhostConfig, VhostError, VhostPort, DEVARGS_KEYS, DRIVER, MAX_QUEUES};

@@ -1,7 +1,7 @@
 //! The virtio-net data path: the guest's tx virtqueue behind our rx queue (dequeue: guest
 //! frames into our mbufs) and its rx virtqueue behind our tx queue (enqueue: our frames into
-//! the guest's buffers). Copies both ways; every burst reads avail.idx once, publishes
-//! used.idx once and calls the guest at most once.
+//! the guest's buffers), over either ring layout ([`Vring`]). Copies both ways; every burst
+//! publishes its used entries with one store and calls the guest at most once.
 //!
 //! The control thread installs a [`VringConn`] per virtqueue while the queues are parked by
 //! the port's gate and takes it away (GET_VRING_BASE, disable, a new memory table,
@@ -15,14 +15,15 @@ use memnic_ethdev::gate::{Enter, GateMember};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
 
-use crate::chain::{walk, ChainError, Dir, Piece};
+use crate::chain::{ChainError, Dir, Piece};
 use crate::mem::MemTable;
-use crate::split::{need_event, SplitRing, AVAIL_F_NO_INTERRUPT, USED_F_NO_NOTIFY};
+use crate::on_ring;
+use crate::vring::{notify_fence, Broken, Next, Ring, Vring};
 
 /// What a virtqueue's poller needs while the ring runs.
 #[derive(Clone)]
 pub struct VringConn {
-    pub ring: SplitRing,
+    pub ring: Ring,
     pub mem: Arc<MemTable>,
     /// virtio-net header bytes before every frame (10, or 12 with VERSION_1 or MRG_RXBUF).
     pub hdr_len: usize,
@@ -65,11 +66,14 @@ impl VringSlot {
     }
 }
 
-/// Why a queue stopped using its ring until the control thread installs it again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Broken {
-    /// avail.idx moved by more than the queue size.
-    AvailJump,
+/// What a queue's bursts carry from one to the next.
+struct State {
+    /// Ring positions (see `vring`): the next chain to take, the next used entry to write.
+    last_avail: u16,
+    used: u16,
+    cache: PoolCache,
+    pieces: Vec<Piece>,
+    stats: QueueStats,
 }
 
 /// State of one queue in either direction.
@@ -77,11 +81,7 @@ struct Core {
     gate: GateMember,
     slot: Arc<VringSlot>,
     conn: Option<VringConn>,
-    last_avail: u16,
-    used: u16,
-    cache: PoolCache,
-    pieces: Vec<Piece>,
-    stats: QueueStats,
+    s: State,
     cell: Arc<StatsCell>,
 }
 
@@ -91,11 +91,13 @@ impl Core {
             gate,
             slot,
             conn: None,
-            last_avail: 0,
-            used: 0,
-            cache,
-            pieces: Vec::new(),
-            stats: QueueStats::default(),
+            s: State {
+                last_avail: 0,
+                used: 0,
+                cache,
+                pieces: Vec::new(),
+                stats: QueueStats::default(),
+            },
             cell,
         }
     }
@@ -124,65 +126,47 @@ impl Core {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         if let Some(c) = &self.conn {
-            self.last_avail = c.base;
+            self.s.last_avail = c.base;
             // In copy mode every chain we take is returned in the same burst, so the used
-            // index follows the avail index.
-            self.used = c.base;
+            // position follows the avail position.
+            self.s.used = c.base;
             // We poll: ask the driver not to kick.
-            c.ring.set_used_flags(USED_F_NO_NOTIFY);
+            on_ring!(&c.ring, r => r.disable_kicks());
         }
-        self.slot.last_avail.store(self.last_avail, Relaxed);
+        self.slot.last_avail.store(self.s.last_avail, Relaxed);
     }
 
     #[inline(always)]
     fn exit(&mut self) {
-        self.slot.last_avail.store(self.last_avail, Relaxed);
+        self.slot.last_avail.store(self.s.last_avail, Relaxed);
         self.gate.exit();
-        self.cell.publish(&self.stats);
+        self.cell.publish(&self.s.stats);
     }
 
-    /// Chains available to us now, or None when the guest moved avail.idx by more than the
-    /// queue (then the ring is dropped until the control thread installs it again).
-    #[inline(always)]
-    fn available(&mut self) -> Option<u16> {
-        let c = self.conn.as_ref().expect("entered");
-        let n = c.ring.avail_idx().wrapping_sub(self.last_avail);
-        if n > c.ring.size() {
-            self.broken(Broken::AvailJump);
-            return None;
-        }
-        Some(n)
-    }
-
+    /// The guest broke the ring: it is dropped until the control thread installs it again.
     #[cold]
     #[inline(never)]
     fn broken(&mut self, _why: Broken) {
-        self.stats.errors += 1;
+        self.s.stats.errors += 1;
         // Relaxed: a counter; nothing is ordered by it.
         self.slot.broken.fetch_add(1, Relaxed);
         self.conn = None;
     }
+}
 
-    /// Publishes the used index after `n` new elements, and calls the guest if it wants it.
-    #[inline(always)]
-    fn publish(&mut self, n: u16) {
-        if n == 0 {
-            return;
-        }
-        let c = self.conn.as_ref().expect("entered");
-        let old = self.used;
-        self.used = old.wrapping_add(n);
-        c.ring.publish_used(self.used);
-        if let Some(call) = &c.call {
-            c.ring.notify_fence();
-            let wants = if c.event_idx {
-                need_event(c.ring.used_event(), self.used, old)
-            } else {
-                c.ring.avail_flags() & AVAIL_F_NO_INTERRUPT == 0
-            };
-            if wants {
-                let _ = call.notify();
-            }
+/// Publishes the burst's `entries` used entries and calls the guest if it wants it.
+#[inline(always)]
+fn publish<V: Vring>(r: &V, c: &VringConn, s: &mut State, mut used: V::Used, entries: u16) {
+    if entries == 0 {
+        return;
+    }
+    r.publish(&mut used);
+    let old = s.used;
+    s.used = V::used_pos(&used);
+    if let Some(call) = &c.call {
+        notify_fence();
+        if r.wants_call(old, s.used, c.event_idx) {
+            let _ = call.notify();
         }
     }
 }
@@ -211,58 +195,18 @@ impl RxQueue for VhostRxQueue {
         if !q.enter() {
             return 0;
         }
-        let Some(avail) = q.available() else {
-            q.exit();
-            return 0;
-        };
-        let want = (avail as usize).min(max).min(MAX_BURST);
         let start = pkts.len();
-        let mut taken: u16 = 0;
-        let Core {
-            conn,
-            cache,
-            pieces,
-            stats,
-            slot,
-            last_avail,
-            used,
-            ..
-        } = q;
-        let c = conn.as_ref().expect("entered");
-        while (taken as usize) < want {
-            let Some(mut m) = cache.alloc() else {
-                stats.nombuf += 1;
-                break;
-            };
-            let head = c.ring.avail_head(last_avail.wrapping_add(taken));
-            let got = walk(&c.ring, &c.mem, head, Dir::Readable, pieces)
-                .and_then(|total| read_frame(&c.mem, pieces, c.hdr_len, total, &mut m, cache));
-            // A tx chain goes back with length 0 (the device wrote nothing into it).
-            c.ring.set_used_elem(used.wrapping_add(taken), head, 0);
-            taken += 1;
-            match got {
-                Ok(()) if c.enabled => {
-                    stats.packets += 1;
-                    stats.bytes += m.len() as u64;
-                    pkts.push(m);
-                }
-                // A disabled ring is drained and its frames discarded.
-                Ok(()) => cache.free(m),
-                Err(e) => {
-                    cache.free(m);
-                    stats.errors += 1;
-                    slot.bad_chain(e);
-                }
-            }
+        let c = q.conn.as_ref().expect("entered");
+        let r = on_ring!(&c.ring, r => dequeue(r, c, &mut q.s, &q.slot, pkts, max));
+        if let Err(b) = r {
+            q.broken(b);
         }
-        *last_avail = last_avail.wrapping_add(taken);
-        q.publish(taken);
         q.exit();
         pkts.len() - start
     }
 
     fn stats(&self) -> QueueStats {
-        self.core.stats
+        self.core.s.stats
     }
 
     /// Interrupt mode: asks the driver to kick (used.flags 0, or avail_event at our index with
@@ -276,23 +220,79 @@ impl RxQueue for VhostRxQueue {
         let Some(kick) = &c.kick else {
             return false;
         };
-        if c.event_idx {
-            c.ring.set_avail_event(q.last_avail);
-        } else {
-            c.ring.set_used_flags(0);
-        }
-        // Our request before we look at avail.idx again (store→load): pairs with the driver's
-        // full barrier between publishing avail.idx and reading whether we want a kick, so
-        // either we see its new chains or it sees our request and kicks.
-        c.ring.notify_fence();
-        if c.ring.avail_idx() == q.last_avail && kick.wait(Some(timeout)).unwrap_or(false) {
-            let _ = kick.drain();
-        }
-        // Back to polling. (With EVENT_IDX the stale avail_event costs at most one kick per
-        // 65536 chains.)
-        c.ring.set_used_flags(USED_F_NO_NOTIFY);
+        let at = q.s.last_avail;
+        on_ring!(&c.ring, r => {
+            r.enable_kicks(at, c.event_idx);
+            // Our request before we look at the ring again (store→load): pairs with the
+            // driver's full barrier between making a chain available and reading whether we
+            // want a kick, so either we see its chain or it sees our request and kicks.
+            notify_fence();
+            if !r.has_avail(at) && kick.wait(Some(timeout)).unwrap_or(false) {
+                let _ = kick.drain();
+            }
+            // Back to polling.
+            r.disable_kicks();
+        });
         true
     }
+}
+
+/// Takes up to `max` (and a burst's worth) of the guest's tx chains into `pkts`: each frame
+/// copied into our buffers, each chain handed back as used (length 0: the device wrote
+/// nothing into it), the lot published once.
+#[inline(always)]
+fn dequeue<V: Vring>(
+    r: &V,
+    c: &VringConn,
+    s: &mut State,
+    slot: &VringSlot,
+    pkts: &mut Vec<Mbuf>,
+    max: usize,
+) -> Result<(), Broken> {
+    let mut cur = r.cursor(s.last_avail)?;
+    let mut used = r.used_at(s.used);
+    let want = max.min(MAX_BURST);
+    let mut taken: u16 = 0;
+    let mut res = Ok(());
+    while (taken as usize) < want {
+        let before = cur;
+        let (chain, walked) = match r.next(&c.mem, &mut cur, Dir::Readable, &mut s.pieces) {
+            Next::Chain(chain, walked) => (chain, walked),
+            Next::Empty => break,
+            Next::Broken(b) => {
+                res = Err(b);
+                break;
+            }
+        };
+        let Some(mut m) = s.cache.alloc() else {
+            // The chain stays the guest's until we have a buffer for it.
+            cur = before;
+            s.stats.nombuf += 1;
+            break;
+        };
+        let got = walked.and_then(|total| {
+            read_frame(&c.mem, &s.pieces, c.hdr_len, total, &mut m, &mut s.cache)
+        });
+        r.put_used(&mut used, chain, 0);
+        taken += 1;
+        match got {
+            Ok(()) if c.enabled => {
+                s.stats.packets += 1;
+                s.stats.bytes += m.len() as u64;
+                pkts.push(m);
+            }
+            // A disabled ring is drained and its frames discarded.
+            Ok(()) => s.cache.free(m),
+            Err(e) => {
+                s.cache.free(m);
+                s.stats.errors += 1;
+                slot.bad_chain(e);
+            }
+        }
+    }
+    s.last_avail = V::cursor_pos(&cur);
+    publish(r, c, s, used, taken);
+    res
 }
 
 /// Copies a tx chain's frame (after its virtio-net header) into `m`.
@@ -353,64 +353,76 @@ impl TxQueue for VhostTxQueue {
         if !q.enter() {
             return 0;
         }
-        let Some(mut avail) = q.available() else {
-            q.exit();
-            return 0;
-        };
-        let mut chains: u16 = 0;
-        let mut sent = 0;
-        let Core {
-            conn,
-            pieces,
-            stats,
-            slot,
-            last_avail,
-            used,
-            ..
-        } = &mut *q;
-        let c = conn.as_ref().expect("entered");
-        if c.enabled {
-            while sent < pkts.len().min(MAX_BURST) && avail > 0 {
-                let m = &pkts[sent];
-                let (a, u) = (last_avail.wrapping_add(chains), used.wrapping_add(chains));
-                let r = if c.mrg_rxbuf {
-                    write_merged(c, a, u, avail, m, pieces, &mut self.first)
-                } else {
-                    write_one(c, a, u, m, pieces)
-                };
-                match r {
-                    Written::Chains(n) => {
-                        chains += n;
-                        avail -= n;
-                        stats.packets += 1;
-                        stats.bytes += m.len() as u64;
-                        sent += 1;
-                    }
-                    // The chains available now are too small: the frame waits (DPDK's
-                    // back-pressure) and the chains stay the guest's.
-                    Written::NoRoom => break,
-                    // A bad chain goes back unused; the frame tries the next one.
-                    Written::Bad(e) => {
-                        chains += 1;
-                        avail -= 1;
-                        stats.errors += 1;
-                        slot.bad_chain(e);
-                    }
-                }
-            }
+        let c = q.conn.as_ref().expect("entered");
+        let first = &mut self.first;
+        let (sent, r) = on_ring!(&c.ring, r => enqueue(r, c, &mut q.s, &q.slot, first, pkts));
+        if let Err(b) = r {
+            q.broken(b);
         }
-        *last_avail = last_avail.wrapping_add(chains);
-        q.publish(chains);
         for m in pkts.drain(..sent) {
-            q.cache.free(m);
+            q.s.cache.free(m);
         }
         q.exit();
         sent
     }
 
     fn stats(&self) -> QueueStats {
-        self.core.stats
+        self.core.s.stats
     }
+}
+
+/// Copies frames from the front of `pkts` into the guest's rx chains until one does not fit
+/// (it waits: DPDK's back-pressure) or a burst's worth is sent; returns how many were sent.
+#[inline(always)]
+fn enqueue<V: Vring>(
+    r: &V,
+    c: &VringConn,
+    s: &mut State,
+    slot: &VringSlot,
+    first: &mut Vec<Piece>,
+    pkts: &[Mbuf],
+) -> (usize, Result<(), Broken>) {
+    let mut cur = match r.cursor(s.last_avail) {
+        Ok(cur) => cur,
+        Err(b) => return (0, Err(b)),
+    };
+    let mut used = r.used_at(s.used);
+    let mut entries: u16 = 0;
+    let mut sent = 0;
+    let mut res = Ok(());
+    // A disabled rx ring gets nothing.
+    while c.enabled && sent < pkts.len().min(MAX_BURST) {
+        let m = &pkts[sent];
+        let w = if c.mrg_rxbuf {
+            write_merged(r, c, &mut cur, &mut used, m, &mut s.pieces, first)
+        } else {
+            write_one(r, c, &mut cur, &mut used, m, &mut s.pieces)
+        };
+        match w {
+            Written::Chains(n) => {
+                entries += n;
+                s.stats.packets += 1;
+                s.stats.bytes += m.len() as u64;
+                sent += 1;
+            }
+            // The chains available now are too small: the frame waits and the chains stay
+            // the guest's.
+            Written::NoRoom => break,
+            // A bad chain goes back unused; the frame tries the next one.
+            Written::Bad(e) => {
+                entries += 1;
+                s.stats.errors += 1;
+                slot.bad_chain(e);
+            }
+            Written::Broken(b) => {
+                res = Err(b);
+                break;
+            }
+        }
+    }
+    s.last_avail = V::cursor_pos(&cur);
+    publish(r, c, s, used, entries);
+    (sent, res)
 }
 
 /// What writing one frame into the guest's rx chains did.
@@ -421,6 +433,8 @@ enum Written {
     NoRoom,
     /// The first chain was bad: returned unused (one used element of length 0).
     Bad(ChainError),
+    /// The ring cannot be followed (nothing consumed).
+    Broken(Broken),
 }
 
 /// The virtio-net header for a received frame: no offloads, `num_buffers` chains.
@@ -481,18 +495,25 @@ fn write_header(mem: &MemTable, pieces: &[Piece], bytes: &[u8]) {
 
 /// Without MRG_RXBUF: the frame and its header go into one chain, which must hold both.
 #[inline(always)]
-fn write_one(
+fn write_one<V: Vring>(
+    r: &V,
     c: &VringConn,
-    avail_at: u16,
-    used_at: u16,
+    cur: &mut V::Cursor,
+    used: &mut V::Used,
     m: &Mbuf,
     pieces: &mut Vec<Piece>,
 ) -> Written {
-    let head = c.ring.avail_head(avail_at);
-    let total = match walk(&c.ring, &c.mem, head, Dir::Writable, pieces) {
+    let mut next = *cur;
+    let (chain, walked) = match r.next(&c.mem, &mut next, Dir::Writable, pieces) {
+        Next::Chain(chain, walked) => (chain, walked),
+        Next::Empty => return Written::NoRoom,
+        Next::Broken(b) => return Written::Broken(b),
+    };
+    let total = match walked {
         Ok(t) => t as usize,
         Err(e) => {
-            c.ring.set_used_elem(used_at, head, 0);
+            r.put_used(used, chain, 0);
+            *cur = next;
             return Written::Bad(e);
         }
     };
@@ -502,17 +523,18 @@ fn write_one(
     }
     write_header(&c.mem, pieces, &rx_header(c.hdr_len, 1)[..c.hdr_len]);
     write_pieces(&c.mem, pieces, c.hdr_len, m, 0, m.len());
-    c.ring.set_used_elem(used_at, head, need as u32);
+    r.put_used(used, chain, need as u32);
+    *cur = next;
     Written::Chains(1)
 }
 
-/// With MRG_RXBUF: the frame spans as many chains as it needs (at most `avail`); the first
-/// holds the header, whose num_buffers says how many.
-fn write_merged(
+/// With MRG_RXBUF: the frame spans as many chains as it needs; the first holds the header,
+/// whose num_buffers says how many.
+fn write_merged<V: Vring>(
+    r: &V,
     c: &VringConn,
-    avail_at: u16,
-    used_at: u16,
-    avail: u16,
+    cur: &mut V::Cursor,
+    used: &mut V::Used,
     m: &Mbuf,
     pieces: &mut Vec<Piece>,
     first: &mut Vec<Piece>,
@@ -522,40 +544,38 @@ fn write_merged(
     let mut n: u16 = 0;
     // First pass: check the chains and add up their room, so a frame that does not fit
     // consumes none.
+    let mut look = *cur;
     while done < need {
-        if n == avail {
-            return Written::NoRoom;
-        }
-        let head = c.ring.avail_head(avail_at.wrapping_add(n));
-        match walk(&c.ring, &c.mem, head, Dir::Writable, pieces) {
-            Ok(t) if t > 0 => {
+        match r.next(&c.mem, &mut look, Dir::Writable, pieces) {
+            Next::Empty => return Written::NoRoom,
+            Next::Broken(b) => return Written::Broken(b),
+            Next::Chain(_, Ok(t)) if t > 0 => {
                 done += t as usize;
                 n += 1;
             }
-            Ok(_) => {
+            Next::Chain(chain, walked) => {
                 if n == 0 {
-                    c.ring.set_used_elem(used_at, head, 0);
-                    return Written::Bad(ChainError::Empty);
-                }
-                return Written::NoRoom;
-            }
-            Err(e) => {
-                if n == 0 {
-                    c.ring.set_used_elem(used_at, head, 0);
-                    return Written::Bad(e);
+                    r.put_used(used, chain, 0);
+                    *cur = look;
+                    return Written::Bad(walked.err().unwrap_or(ChainError::Empty));
                 }
                 // A bad chain behind good ones: write what fits before it next time.
                 return Written::NoRoom;
             }
         }
     }
-    // Second pass: write. (The guest could rewrite its chains between the passes; a chain
-    // that walks differently now just gets fewer bytes: every write is still checked.)
+    // Second pass: write. (The guest could rewrite its ring between the passes; a chain that
+    // walks differently now just gets fewer bytes, or none: every write is still checked.)
     let mut from = 0;
-    for k in 0..n {
-        let head = c.ring.avail_head(avail_at.wrapping_add(k));
-        let Ok(total) = walk(&c.ring, &c.mem, head, Dir::Writable, pieces) else {
-            c.ring.set_used_elem(used_at.wrapping_add(k), head, 0);
+    let mut k: u16 = 0;
+    while k < n {
+        let (chain, walked) = match r.next(&c.mem, cur, Dir::Writable, pieces) {
+            Next::Chain(chain, walked) => (chain, walked),
+            Next::Empty | Next::Broken(_) => break,
+        };
+        let Ok(total) = walked else {
+            r.put_used(used, chain, 0);
+            k += 1;
             continue;
         };
         let mut at = 0;
@@ -568,8 +588,11 @@ fn write_merged(
         let len = (total as usize - at).min(m.len() - from);
         let wrote = write_pieces(&c.mem, pieces, at, m, from, len);
         from += wrote;
-        c.ring
-            .set_used_elem(used_at.wrapping_add(k), head, (at + wrote) as u32);
+        r.put_used(used, chain, (at + wrote) as u32);
+        k += 1;
     }
-    Written::Chains(n)
+    if k == 0 {
+        return Written::NoRoom;
+    }
+    Written::Chains(k)
 }

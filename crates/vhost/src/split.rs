@@ -7,15 +7,12 @@
 //! Every value read from the rings is the guest's and is checked where it is used (descriptor
 //! indices and addresses in `chain`, avail.idx against the queue size in `queue`).
 
-use std::sync::atomic::{
-    fence,
-    Ordering::{Acquire, Relaxed, Release, SeqCst},
-};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use memnic_shm::Region;
-
+use crate::chain::{walk, Dir, Piece};
 use crate::mem::MemTable;
+pub use crate::vring::{need_event, RingAddrs, RingError};
+use crate::vring::{Area, Broken, Chain, Next, Vring};
 
 pub const DESC_F_NEXT: u16 = 1;
 pub const DESC_F_WRITE: u16 = 2;
@@ -58,40 +55,6 @@ impl Desc {
     }
 }
 
-/// The frontend's addresses of a ring's three areas (its virtual addresses).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RingAddrs {
-    pub desc: u64,
-    pub avail: u64,
-    pub used: u64,
-}
-
-/// Why a ring could not be set up.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum RingError {
-    #[error("queue size {0} is not a power of two from 1 to 32768")]
-    BadSize(u32),
-    #[error("the {area} area at {addr:#x} ({len} bytes) is not inside one memory region")]
-    Unmapped {
-        area: &'static str,
-        addr: u64,
-        len: u64,
-    },
-    #[error("the {area} area at {addr:#x} is not {align}-byte aligned")]
-    Misaligned {
-        area: &'static str,
-        addr: u64,
-        align: u64,
-    },
-}
-
-/// Where an area is: its mapping and offset.
-#[derive(Debug, Clone)]
-struct Area {
-    map: Arc<Region>,
-    off: usize,
-}
-
 /// A split ring located in guest memory.
 #[derive(Debug, Clone)]
 pub struct SplitRing {
@@ -110,24 +73,12 @@ impl SplitRing {
             return Err(RingError::BadSize(size));
         }
         let n = size as u64;
-        let area = |area: &'static str, addr: u64, len: u64, align: u64| {
-            if !addr.is_multiple_of(align) {
-                return Err(RingError::Misaligned { area, addr, align });
-            }
-            let (map, off) = mem
-                .uva(addr, len)
-                .ok_or(RingError::Unmapped { area, addr, len })?;
-            Ok(Area {
-                map: map.clone(),
-                off,
-            })
-        };
         Ok(SplitRing {
             // 32768 fits: 1 << 15; a u16 of 0 would mean 65536, never allowed here.
             size: size as u16,
-            desc: area("descriptor", a.desc, 16 * n, 16)?,
-            avail: area("available", a.avail, 6 + 2 * n, 2)?,
-            used: area("used", a.used, 6 + 8 * n, 4)?,
+            desc: Area::locate(mem, "descriptor", a.desc, 16 * n, 16)?,
+            avail: Area::locate(mem, "available", a.avail, 6 + 2 * n, 2)?,
+            used: Area::locate(mem, "used", a.used, 6 + 8 * n, 4)?,
         })
     }
 
@@ -219,20 +170,98 @@ impl SplitRing {
             .u16(self.used.off + 4 + 8 * self.size as usize)
             .store(idx, Relaxed);
     }
-
-    /// The full fence between publishing used.idx and reading whether the driver wants an
-    /// interrupt (avail.flags or used_event): a store→load order, which only SeqCst gives.
-    /// It pairs with the driver's full barrier between re-enabling interrupts and re-reading
-    /// used.idx, so either it sees our index or we see its request.
-    #[inline(always)]
-    pub fn notify_fence(&self) {
-        fence(SeqCst);
-    }
 }
 
-/// virtio's `vring_need_event`: whether moving the used index from `old` to `new` passes
-/// `event` (the driver asked to be told once the index passes `event`).
-#[inline(always)]
-pub fn need_event(event: u16, new: u16, old: u16) -> bool {
-    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+/// Where the next chain is: the avail index, and avail.idx as this burst read it.
+#[derive(Debug, Clone, Copy)]
+pub struct SplitCursor {
+    next: u16,
+    end: u16,
+}
+
+impl Vring for SplitRing {
+    type Cursor = SplitCursor;
+    type Used = u16;
+
+    /// Reads avail.idx once: more than the queue size ahead of us is a broken ring.
+    #[inline(always)]
+    fn cursor(&self, pos: u16) -> Result<SplitCursor, Broken> {
+        let end = self.avail_idx();
+        if end.wrapping_sub(pos) > self.size {
+            return Err(Broken::AvailJump);
+        }
+        Ok(SplitCursor { next: pos, end })
+    }
+
+    #[inline(always)]
+    fn cursor_pos(c: &SplitCursor) -> u16 {
+        c.next
+    }
+
+    #[inline(always)]
+    fn next(
+        &self,
+        mem: &MemTable,
+        cur: &mut SplitCursor,
+        dir: Dir,
+        pieces: &mut Vec<Piece>,
+    ) -> Next {
+        if cur.next == cur.end {
+            return Next::Empty;
+        }
+        let head = self.avail_head(cur.next);
+        cur.next = cur.next.wrapping_add(1);
+        let walked = walk(self, mem, head, dir, pieces);
+        Next::Chain(Chain { id: head, descs: 1 }, walked)
+    }
+
+    #[inline(always)]
+    fn used_at(&self, pos: u16) -> u16 {
+        pos
+    }
+
+    #[inline(always)]
+    fn used_pos(u: &u16) -> u16 {
+        *u
+    }
+
+    #[inline(always)]
+    fn put_used(&self, u: &mut u16, chain: Chain, len: u32) {
+        self.set_used_elem(*u, chain.id, len);
+        *u = u.wrapping_add(1);
+    }
+
+    #[inline(always)]
+    fn publish(&self, u: &mut u16) {
+        self.publish_used(*u);
+    }
+
+    /// EVENT_IDX: whether used.idx passed used_event; else avail.flags' NO_INTERRUPT.
+    #[inline(always)]
+    fn wants_call(&self, old: u16, new: u16, event_idx: bool) -> bool {
+        if event_idx {
+            need_event(self.used_event(), new, old)
+        } else {
+            self.avail_flags() & AVAIL_F_NO_INTERRUPT == 0
+        }
+    }
+
+    fn disable_kicks(&self) {
+        self.set_used_flags(USED_F_NO_NOTIFY);
+    }
+
+    /// used.flags 0, or (EVENT_IDX) avail_event at our index.
+    fn enable_kicks(&self, pos: u16, event_idx: bool) {
+        if event_idx {
+            // With EVENT_IDX the stale avail_event left after we poll again costs at most one
+            // kick per 65536 chains.
+            self.set_avail_event(pos);
+        } else {
+            self.set_used_flags(0);
+        }
+    }
+
+    fn has_avail(&self, pos: u16) -> bool {
+        self.avail_idx() != pos
+    }
 }

@@ -1,0 +1,324 @@
+//! The packed virtqueue (virtio 1.x §2.8, VIRTIO_F_RING_PACKED), device side: one ring of
+//! descriptors that the driver makes available and the device hands back as used in place,
+//! each side tracking a wrap counter, and two event suppression areas (the driver's, which we
+//! read before calling it; ours, which asks it not to kick while we poll).
+//!
+//! The areas are located and bounds-checked once, when the ring is set up; every index after
+//! that is below the queue size, so it stays inside them. A slot is available to us when its
+//! AVAIL flag equals our wrap counter and its USED flag does not; a chain is the run of slots
+//! up to the first without NEXT, and its buffer id is that last slot's.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use crate::chain::{walk_packed, Dir, Piece};
+use crate::mem::MemTable;
+use crate::split::MAX_QUEUE_SIZE;
+use crate::vring::{need_event, Area, Broken, Chain, Next, RingAddrs, RingError, Vring};
+
+pub const DESC_F_AVAIL: u16 = 1 << 7;
+pub const DESC_F_USED: u16 = 1 << 15;
+/// Event suppression flags (`struct pvirtq_event_suppress`).
+pub const EVENT_F_ENABLE: u16 = 0;
+pub const EVENT_F_DISABLE: u16 = 1;
+pub const EVENT_F_DESC: u16 = 2;
+/// Bit 15 of a position: the wrap counter.
+pub const WRAP: u16 = 1 << 15;
+
+/// One packed descriptor, copied out of the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedDesc {
+    pub addr: u64,
+    pub len: u32,
+    pub id: u16,
+    pub flags: u16,
+}
+
+impl PackedDesc {
+    /// Parses the 16 little-endian bytes of a ring or indirect-table entry.
+    #[inline(always)]
+    pub fn parse(b: &[u8; 16]) -> PackedDesc {
+        PackedDesc {
+            addr: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+            len: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+            id: u16::from_le_bytes([b[12], b[13]]),
+            flags: u16::from_le_bytes([b[14], b[15]]),
+        }
+    }
+
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[0..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..14].copy_from_slice(&self.id.to_le_bytes());
+        b[14..16].copy_from_slice(&self.flags.to_le_bytes());
+        b
+    }
+}
+
+/// Whether a slot with `flags` is available to a device whose wrap counter is `wrap`.
+#[inline(always)]
+pub fn is_avail(flags: u16, wrap: bool) -> bool {
+    (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) != wrap
+}
+
+/// A packed ring located in guest memory.
+#[derive(Debug, Clone)]
+pub struct PackedRing {
+    size: u16,
+    desc: Area,
+    driver: Area,
+    device: Area,
+}
+
+/// Where the next chain is: a slot and the wrap counter.
+#[derive(Debug, Clone, Copy)]
+pub struct PackedCursor {
+    idx: u16,
+    wrap: bool,
+}
+
+/// Where the next used entry goes; the burst's first entry's flags wait for `publish`, so the
+/// driver sees the whole burst at once.
+#[derive(Debug)]
+pub struct PackedUsed {
+    at: PackedCursor,
+    head: Option<(u16, u16)>,
+}
+
+impl PackedRing {
+    /// Locates the areas of a ring of `size` slots (any size from 1 to 32768: packed rings
+    /// need no power of two): the descriptors 16-byte aligned, the event areas 4-byte aligned,
+    /// each whole in one region.
+    pub fn new(mem: &MemTable, size: u32, a: RingAddrs) -> Result<PackedRing, RingError> {
+        if size == 0 || size > MAX_QUEUE_SIZE {
+            return Err(RingError::BadPackedSize(size));
+        }
+        Ok(PackedRing {
+            size: size as u16,
+            desc: Area::locate(mem, "descriptor", a.desc, 16 * size as u64, 16)?,
+            driver: Area::locate(mem, "driver event", a.avail, 4, 4)?,
+            device: Area::locate(mem, "device event", a.used, 4, 4)?,
+        })
+    }
+
+    #[inline(always)]
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    /// Checks a position from SET_VRING_BASE: its index must be a slot of the ring.
+    pub fn check_pos(&self, pos: u16) -> Result<(), RingError> {
+        if pos & !WRAP >= self.size {
+            return Err(RingError::BadBase {
+                pos,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn slot_off(&self, i: u16) -> usize {
+        debug_assert!(i < self.size);
+        self.desc.off + 16 * i as usize
+    }
+
+    /// Slot `i`'s flags. Acquire pairs with the driver's write barrier (a Release) between
+    /// writing a chain's descriptors and its head's flags.
+    #[inline(always)]
+    pub fn flags(&self, i: u16) -> u16 {
+        self.desc.map.u16(self.slot_off(i) + 14).load(Acquire)
+    }
+
+    /// Slot `i` (`i < size`), copied out once.
+    #[inline(always)]
+    pub fn desc(&self, i: u16) -> PackedDesc {
+        let mut b = [0u8; 16];
+        self.desc
+            .map
+            .read_bytes(self.slot_off(i), &mut b)
+            .expect("the ring was checked at set-up");
+        PackedDesc::parse(&b)
+    }
+
+    /// The index after `i`, `n` slots on, and whether it wrapped.
+    #[inline(always)]
+    fn advance(&self, c: PackedCursor, n: u16) -> PackedCursor {
+        let i = c.idx as u32 + n as u32;
+        if i >= self.size as u32 {
+            PackedCursor {
+                idx: (i - self.size as u32) as u16,
+                wrap: !c.wrap,
+            }
+        } else {
+            PackedCursor {
+                idx: i as u16,
+                wrap: c.wrap,
+            }
+        }
+    }
+
+    /// The driver's event suppression area: (off_wrap, flags). Relaxed: read after
+    /// `notify_fence`.
+    #[inline(always)]
+    fn driver_event(&self) -> (u16, u16) {
+        let m = &self.driver.map;
+        (
+            m.u16(self.driver.off).load(Relaxed),
+            m.u16(self.driver.off + 2).load(Relaxed),
+        )
+    }
+
+    /// Our event suppression flags: a hint the driver reads after its own full barrier.
+    fn set_device_flags(&self, flags: u16) {
+        self.device
+            .map
+            .u16(self.device.off + 2)
+            .store(flags, Relaxed);
+    }
+}
+
+fn pos_of(c: PackedCursor) -> u16 {
+    c.idx | if c.wrap { WRAP } else { 0 }
+}
+
+impl Vring for PackedRing {
+    type Cursor = PackedCursor;
+    type Used = PackedUsed;
+
+    #[inline(always)]
+    fn cursor(&self, pos: u16) -> Result<PackedCursor, Broken> {
+        // Checked when the ring was installed, and kept below the size since.
+        debug_assert!(pos & !WRAP < self.size);
+        Ok(PackedCursor {
+            idx: pos & !WRAP,
+            wrap: pos & WRAP != 0,
+        })
+    }
+
+    #[inline(always)]
+    fn cursor_pos(c: &PackedCursor) -> u16 {
+        pos_of(*c)
+    }
+
+    #[inline(always)]
+    fn next(
+        &self,
+        mem: &MemTable,
+        cur: &mut PackedCursor,
+        dir: Dir,
+        pieces: &mut Vec<Piece>,
+    ) -> Next {
+        if !is_avail(self.flags(cur.idx), cur.wrap) {
+            return Next::Empty;
+        }
+        match walk_packed(self, mem, cur.idx, dir, pieces) {
+            Ok((chain, walked)) => {
+                *cur = self.advance(*cur, chain.descs);
+                Next::Chain(chain, walked)
+            }
+            Err(b) => Next::Broken(b),
+        }
+    }
+
+    #[inline(always)]
+    fn used_at(&self, pos: u16) -> PackedUsed {
+        PackedUsed {
+            at: self.cursor(pos).expect("packed cursors never fail"),
+            head: None,
+        }
+    }
+
+    #[inline(always)]
+    fn used_pos(u: &PackedUsed) -> u16 {
+        pos_of(u.at)
+    }
+
+    /// The entry goes in the slot where the chain started (in order, as we copy): its id and
+    /// length Relaxed, its flags (AVAIL and USED both equal to our wrap counter, WRITE when we
+    /// wrote into it) Release, so the driver that sees the flags sees the rest and the buffer.
+    #[inline(always)]
+    fn put_used(&self, u: &mut PackedUsed, chain: Chain, len: u32) {
+        let off = self.slot_off(u.at.idx);
+        let m = &self.desc.map;
+        m.u32(off + 8).store(len, Relaxed);
+        m.u16(off + 12).store(chain.id, Relaxed);
+        let mut flags = if u.at.wrap {
+            DESC_F_AVAIL | DESC_F_USED
+        } else {
+            0
+        };
+        if len > 0 {
+            flags |= crate::split::DESC_F_WRITE;
+        }
+        match u.head {
+            None => u.head = Some((u.at.idx, flags)),
+            // Release: pairs with the driver's read barrier after it sees a used slot.
+            Some(_) => m.u16(off + 14).store(flags, Release),
+        }
+        u.at = self.advance(u.at, chain.descs);
+    }
+
+    #[inline(always)]
+    fn publish(&self, u: &mut PackedUsed) {
+        if let Some((idx, flags)) = u.head.take() {
+            // Release: pairs with the driver's read barrier after it sees this slot used; the
+            // burst's other entries and every byte written into its buffers come first.
+            self.desc
+                .map
+                .u16(self.slot_off(idx) + 14)
+                .store(flags, Release);
+        }
+    }
+
+    /// The driver's event suppression: DISABLE never, ENABLE always, DESC (EVENT_IDX) when the
+    /// used position passed the slot and wrap counter it names.
+    #[inline(always)]
+    fn wants_call(&self, old: u16, new: u16, event_idx: bool) -> bool {
+        let (off_wrap, flags) = self.driver_event();
+        if !event_idx || flags != EVENT_F_DESC {
+            return flags != EVENT_F_DISABLE;
+        }
+        // Into one window of 2 × size: `old` a lap back when the burst wrapped, the event a
+        // lap back when its wrap counter is not ours.
+        let size = self.size;
+        let new_idx = new & !WRAP;
+        let mut old_idx = old & !WRAP;
+        if new_idx <= old_idx {
+            old_idx = old_idx.wrapping_sub(size);
+        }
+        let mut off = off_wrap & !WRAP;
+        if (off_wrap & WRAP) != (new & WRAP) {
+            off = off.wrapping_sub(size);
+        }
+        need_event(off, new_idx, old_idx)
+    }
+
+    fn disable_kicks(&self) {
+        self.set_device_flags(EVENT_F_DISABLE);
+    }
+
+    fn enable_kicks(&self, _pos: u16, _event_idx: bool) {
+        self.set_device_flags(EVENT_F_ENABLE);
+    }
+
+    fn has_avail(&self, pos: u16) -> bool {
+        let c = self.cursor(pos).expect("packed cursors never fail");
+        is_avail(self.flags(c.idx), c.wrap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn availability_follows_the_wrap_counter() {
+        assert!(is_avail(DESC_F_AVAIL, true));
+        assert!(!is_avail(DESC_F_AVAIL | DESC_F_USED, true));
+        assert!(!is_avail(0, true));
+        assert!(is_avail(DESC_F_USED, false));
+        assert!(!is_avail(DESC_F_AVAIL | DESC_F_USED, false));
+        assert!(!is_avail(0, false));
+    }
+}

@@ -1,0 +1,191 @@
+//! What the burst loops need from a virtqueue, split or packed (virtio 1.x §2.7, §2.8): take
+//! the next chain the driver made available, hand chains back as used, publish them in one
+//! store per burst, and decide whether the driver wants a call.
+//!
+//! A ring's position is one `u16`, as vhost-user carries it in SET/GET_VRING_BASE: a split
+//! ring's free-running avail index, or a packed ring's index with its wrap counter in bit 15.
+//! The burst loops work on cursors (`Copy`), so a burst can look ahead and go back.
+
+use std::sync::Arc;
+
+use memnic_shm::Region;
+
+use crate::chain::{ChainError, Dir, Piece};
+use crate::mem::MemTable;
+use crate::packed::PackedRing;
+use crate::split::SplitRing;
+
+/// The frontend's addresses of a ring's three areas (its virtual addresses). Packed rings put
+/// the driver event suppression area in `avail` and the device's in `used`, as vhost-user does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingAddrs {
+    pub desc: u64,
+    pub avail: u64,
+    pub used: u64,
+}
+
+/// Why a ring could not be set up.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RingError {
+    #[error("queue size {0} is not a power of two from 1 to 32768")]
+    BadSize(u32),
+    #[error("queue size {0} is not from 1 to 32768")]
+    BadPackedSize(u32),
+    #[error("ring position {pos:#x} is past the queue size {size}")]
+    BadBase { pos: u16, size: u16 },
+    #[error("the {area} area at {addr:#x} ({len} bytes) is not inside one memory region")]
+    Unmapped {
+        area: &'static str,
+        addr: u64,
+        len: u64,
+    },
+    #[error("the {area} area at {addr:#x} is not {align}-byte aligned")]
+    Misaligned {
+        area: &'static str,
+        addr: u64,
+        align: u64,
+    },
+}
+
+/// Where a ring area is: its mapping and offset, checked once at set-up.
+#[derive(Debug, Clone)]
+pub(crate) struct Area {
+    pub map: Arc<Region>,
+    pub off: usize,
+}
+
+impl Area {
+    /// Locates `len` bytes at the frontend's virtual address `addr`: aligned to `align`, whole
+    /// inside one region.
+    pub fn locate(
+        mem: &MemTable,
+        area: &'static str,
+        addr: u64,
+        len: u64,
+        align: u64,
+    ) -> Result<Area, RingError> {
+        if !addr.is_multiple_of(align) {
+            return Err(RingError::Misaligned { area, addr, align });
+        }
+        let (map, off) = mem
+            .uva(addr, len)
+            .ok_or(RingError::Unmapped { area, addr, len })?;
+        Ok(Area {
+            map: map.clone(),
+            off,
+        })
+    }
+}
+
+/// A chain as the ring knows it: the id the used entry returns, and (packed) how many ring
+/// slots it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chain {
+    pub id: u16,
+    pub descs: u16,
+}
+
+/// What the ring had at a cursor.
+#[derive(Debug)]
+pub enum Next {
+    /// Nothing the driver has made available.
+    Empty,
+    /// A chain, walked into the pieces: its total length, or why it is refused. The cursor
+    /// moved past it.
+    Chain(Chain, Result<u32, ChainError>),
+    /// The ring cannot be followed any further.
+    Broken(Broken),
+}
+
+/// Why a queue stopped using its ring until the control thread installs it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Broken {
+    #[error("avail.idx moved by more than the queue size")]
+    AvailJump,
+    #[error("a packed chain that does not end within the queue")]
+    EndlessChain,
+}
+
+/// A virtqueue layout, device side. Everything it reads from the ring is the guest's.
+pub trait Vring {
+    /// Where the next available chain is.
+    type Cursor: Copy;
+    /// Where the next used entry goes, and what it takes to publish the burst's entries.
+    type Used;
+
+    /// A cursor at position `pos`; fails when the driver broke the ring.
+    fn cursor(&self, pos: u16) -> Result<Self::Cursor, Broken>;
+    fn cursor_pos(c: &Self::Cursor) -> u16;
+    /// The chain at `cur`, walked into `pieces` for buffers going `dir`.
+    fn next(
+        &self,
+        mem: &MemTable,
+        cur: &mut Self::Cursor,
+        dir: Dir,
+        pieces: &mut Vec<Piece>,
+    ) -> Next;
+
+    fn used_at(&self, pos: u16) -> Self::Used;
+    fn used_pos(u: &Self::Used) -> u16;
+    /// Writes the used entry for `chain` (`len` bytes written into it); it is not visible to
+    /// the driver before [`Vring::publish`].
+    fn put_used(&self, u: &mut Self::Used, chain: Chain, len: u32);
+    /// Makes every entry put since `used_at` visible, with one Release store.
+    fn publish(&self, u: &mut Self::Used);
+
+    /// After `publish` and `notify_fence`: whether the driver wants a call for the used
+    /// position moving from `old` to `new`.
+    fn wants_call(&self, old: u16, new: u16, event_idx: bool) -> bool;
+    /// Asks the driver not to kick (we poll).
+    fn disable_kicks(&self);
+    /// Asks the driver to kick once it makes a chain available at `pos`.
+    fn enable_kicks(&self, pos: u16, event_idx: bool);
+    /// Whether a chain is available at `pos` (after `enable_kicks` and `notify_fence`).
+    fn has_avail(&self, pos: u16) -> bool;
+}
+
+/// A ring of either layout (VIRTIO_F_RING_PACKED says which).
+#[derive(Debug, Clone)]
+pub enum Ring {
+    Split(SplitRing),
+    Packed(PackedRing),
+}
+
+impl Ring {
+    pub fn size(&self) -> u16 {
+        match self {
+            Ring::Split(r) => r.size(),
+            Ring::Packed(r) => r.size(),
+        }
+    }
+}
+
+/// The full fence between publishing used entries and reading whether the driver wants a call
+/// (or between asking for kicks and looking at the ring again): a store→load order, which only
+/// SeqCst gives. It pairs with the driver's full barrier between re-enabling interrupts (or
+/// publishing a chain) and re-reading the ring (or our event area), so either side sees the
+/// other's store.
+#[inline(always)]
+pub fn notify_fence() {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// virtio's `vring_need_event`: whether moving an index from `old` to `new` passes `event`
+/// (the driver asked to be told once the index passes `event`).
+#[inline(always)]
+pub fn need_event(event: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+}
+
+/// Runs `$body` with `$r` bound to the ring of whichever layout `$ring` is, so the burst loops
+/// are compiled once per layout and never branch on it per chain.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! on_ring {
+    ($ring:expr, $r:ident => $body:expr) => {
+        match $ring {
+            $crate::vring::Ring::Split($r) => $body,
+            $crate::vring::Ring::Packed($r) => $body,
+        }
+    };
+}
