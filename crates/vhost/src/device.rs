@@ -238,6 +238,12 @@ fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>
             c.base = v.base;
             c
         });
+        if conn.is_some() {
+            // Until the queue's next burst picks the new ring up, the slot still says where
+            // the old ring got to: a read-back before then (the next message's install) must
+            // see the new ring's base, not that. Relaxed: the queue is parked (as above).
+            slot.last_avail.store(v.base, Relaxed);
+        }
         v.installed = conn.is_some();
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
     }
