@@ -362,7 +362,7 @@ fn set_vring_enable_before_set_features_is_accepted_and_acknowledged() {
         m.extend_from_slice(body);
         m
     };
-    let mut reply = |s: &mut std::os::unix::net::UnixStream| {
+    let reply = |s: &mut std::os::unix::net::UnixStream| {
         let mut r = [0u8; 20];
         s.read_exact(&mut r).unwrap();
         let w = |i: usize| u32::from_le_bytes(r[4 * i..4 * i + 4].try_into().unwrap());
