@@ -3,6 +3,11 @@
 //! forwarding between them in `io` mode. Inside the guest the second NIC sits in its own network
 //! namespace, so every frame between the two addresses crosses our backend twice.
 //!
+//! The guest's frame counters (/proc/net/dev) must equal our port counters exactly: our testpmd
+//! starts before QEMU, so it counts every frame of the guest's life; `ipv6.disable=1` keeps the
+//! guest from sending anything but the test's traffic (ARP, ICMP, TCP), and the guest reads its
+//! counters half a second after the traffic, when its tx completions are reaped.
+//!
 //! Needs `qemu-system-x86` and `busybox-static` (`.ci/run` installs them) and fetches the guest
 //! kernel once with `apt-get download` (memnic-test-support's `guest` module).
 
@@ -184,6 +189,14 @@ fn assert_counters_agree(j: &serde_json::Value, phases: &[Vec<(String, String)>]
             ours.1
         );
     }
+    // io mode: each port sent on everything the other received.
+    for (rx, tx) in [(0, 1), (1, 0)] {
+        assert_eq!(
+            port(rx, "rx_packets"),
+            port(tx, "tx_packets"),
+            "port {rx} received what port {tx} did not send: {said}"
+        );
+    }
     for i in 0..2 {
         for k in ["rx_errors", "tx_errors", "tx_dropped"] {
             assert_eq!(port(i, k), 0, "port {i} {k}: {said}");
@@ -208,8 +221,10 @@ sleep 600 > /tmp/hold &
 nsenter -t $NS -n sh -c 'nc -l -p 5001 < /tmp/hold > /tmp/recv' &
 L=$!
 sleep 0.3
-timeout 30 nc 10.0.0.2 5001 < /tmp/data
-wait $L
+timeout 20 nc -w 5 10.0.0.2 5001 < /tmp/data
+# The listener ends when the sender's data has all arrived; never wait for it long.
+for i in $(seq 30); do kill -0 $L 2>/dev/null || break; sleep 0.1; done
+kill $L 2>/dev/null
 sent=$(md5sum < /tmp/data | cut -d' ' -f1); got=$(md5sum < /tmp/recv | cut -d' ' -f1)
 size=$(wc -c < /tmp/recv)
 tcp=fail; [ "$sent" = "$got" ] && [ "$size" = 1048576 ] && tcp=ok
