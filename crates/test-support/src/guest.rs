@@ -118,6 +118,15 @@ impl Kernel {
             })
     }
 
+    /// The version of the kernel image in `dir/boot`, if there is one.
+    fn in_dir_version(dir: &Path) -> Option<String> {
+        std::fs::read_dir(dir.join("boot"))
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .find_map(|n| n.strip_prefix("vmlinuz-").map(str::to_string))
+    }
+
     /// The kernel unpacked in `dir` (a `dpkg-deb -x` tree), if it holds one.
     fn in_dir(dir: &Path) -> Option<Kernel> {
         let boot = std::fs::read_dir(dir.join("boot")).ok()?;
@@ -208,16 +217,6 @@ pub fn kernel() -> Result<Kernel, GuestError> {
         .map_err(|e| err(format!("cannot move the kernel to {}: {e}", dir.display())))?;
     let _ = std::fs::remove_dir_all(&work);
     Kernel::in_dir(&dir).ok_or_else(|| err(format!("{} holds no usable kernel", dir.display())))
-}
-
-impl Kernel {
-    fn in_dir_version(dir: &Path) -> Option<String> {
-        std::fs::read_dir(dir.join("boot"))
-            .ok()?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .find_map(|n| n.strip_prefix("vmlinuz-").map(str::to_string))
-    }
 }
 
 /// The newest kernel already unpacked in `cache` (`kernel-*` directories).
