@@ -10,9 +10,13 @@
 //! * [`Child`]: a child process whose stdout and stderr are always drained (a chatty DPDK peer
 //!   never blocks on a full pipe), killed and reaped on drop;
 //! * [`harness`]: a test `main` for binaries whose tests re-execute themselves as a peer, so the
-//!   child roles are not listed (or counted) as tests.
+//!   child roles are not listed (or counted) as tests;
+//! * [`guest`]: a real Linux guest in QEMU (TCG): the cloud kernel fetched once, an initramfs of
+//!   busybox-static, the virtio-net modules, the test's `/init` and extra files, and QEMU pinned
+//!   to a CPU with its console captured as a [`Child`]'s stdout.
 
 mod child;
+pub mod guest;
 mod harness;
 mod payload;
 mod stream;

@@ -73,6 +73,8 @@ pub struct Device {
     offered: u64,
     acked: u64,
     protocol: u64,
+    /// SET_FEATURES has been received on this connection.
+    features_set: bool,
     mem: Option<Arc<MemTable>>,
     vrings: Vec<Vring>,
     /// Why the last ring could not be installed (logged by the port, for tests).
@@ -80,7 +82,7 @@ pub struct Device {
 }
 
 /// `MEMNIC_VHOST_TRACE=1`: every request on stderr (what DPDK's vhost debug log shows).
-fn trace(what: std::fmt::Arguments<'_>) {
+pub(crate) fn trace(what: std::fmt::Arguments<'_>) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if *ON.get_or_init(|| std::env::var_os("MEMNIC_VHOST_TRACE").is_some()) {
         eprintln!("vhost: {what}");
@@ -115,6 +117,7 @@ impl Device {
             offered,
             acked: 0,
             protocol: 0,
+            features_set: false,
             mem: None,
             vrings: (0..2 * queues).map(|_| Vring::default()).collect(),
             last_error: None,
@@ -148,6 +151,7 @@ impl Device {
         }
         self.mem = None;
         self.acked = 0;
+        self.features_set = false;
         self.install();
     }
 
@@ -215,6 +219,29 @@ fn locate(mem: &MemTable, v: &Vring, addrs: RingAddrs, packed: bool) -> Result<R
     }
 }
 
+impl Device {
+    /// SET_VRING_ENABLE before SET_FEATURES, as QEMU 7.2's vhost-net sends it (the port's
+    /// control thread reads it, since rust-vmm's handler refuses it then): `None` once
+    /// SET_FEATURES was received (the handler takes the message).
+    pub fn early_vring_enable(&mut self, index: u32, num: u32) -> Option<VuResult<()>> {
+        if self.features_set {
+            return None;
+        }
+        trace(format_args!(
+            "set_vring_enable index {index} {num} (before set_features)"
+        ));
+        Some(match num {
+            0 | 1 => self.set_vring_enable(index, num == 1),
+            _ => Err(VuError::InvalidParam),
+        })
+    }
+
+    /// REPLY_ACK was negotiated (SET_PROTOCOL_FEATURES).
+    pub fn reply_ack(&self) -> bool {
+        self.protocol & VhostUserProtocolFeatures::REPLY_ACK.bits() != 0
+    }
+}
+
 /// With every queue parked: reads back where each installed ring got to, then gives each slot
 /// its new ring (which goes on from there).
 fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>>) {
@@ -228,11 +255,14 @@ fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>
             c.base = v.base;
             c
         });
+        if conn.is_some() {
+            // Until the queue's next burst picks the new ring up, the slot still says where
+            // the old ring got to: a read-back before then (the next message's install) must
+            // see the new ring's base, not that (nor a stale 0, which would lose a packed ring's
+            // wrap counter). Relaxed: the queue is parked (as above).
+            slot.last_avail.store(v.base, Relaxed);
+        }
         v.installed = conn.is_some();
-        // Where the queue starts, until its first burst says otherwise: an install that comes
-        // before the queue ran reads this back, not a stale position (a packed ring's base
-        // carries its wrap counter, so a stale 0 would lose it). Relaxed: the queue is parked.
-        slot.last_avail.store(v.base, Relaxed);
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = conn;
     }
 }
@@ -266,6 +296,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             return Err(invalid("features not offered"));
         }
         self.acked = features;
+        self.features_set = true;
         // Without PROTOCOL_FEATURES there is no SET_VRING_ENABLE: rings are enabled at once.
         if features & F_PROTOCOL_FEATURES == 0 {
             for v in &mut self.vrings {

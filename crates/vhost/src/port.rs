@@ -4,6 +4,7 @@
 //! `vhost` request handler. A frontend that leaves (or breaks the protocol) is link down: its
 //! rings are taken from the queues and its memory unmapped, and the next one is served.
 
+use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -334,6 +335,58 @@ fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<Unix
     }
 }
 
+/// QEMU 7.2's vhost-net sends SET_VRING_ENABLE(1) *before* SET_FEATURES when it starts a
+/// device (it restores the enable state first, judging PROTOCOL_FEATURES by what we offered),
+/// and never again after it. rust-vmm's handler refuses that message (PROTOCOL_FEATURES not
+/// acked yet), which would leave the rings disabled or end the connection. So the control
+/// thread looks at the next message first (it carries no fds): a SET_VRING_ENABLE before
+/// SET_FEATURES is read and applied here, with the REPLY_ACK answer the frontend may ask for;
+/// anything else is left to rust-vmm. `Ok(true)`: the message was taken.
+fn take_early_vring_enable(stream: &UnixStream, device: &Mutex<Device>) -> Result<bool, String> {
+    const SET_VRING_ENABLE: u32 = 18;
+    const FLAG_VERSION: u32 = 0x1;
+    const FLAG_REPLY: u32 = 0x4;
+    const FLAG_NEED_REPLY: u32 = 0x8;
+    // Header (request, flags, size) and struct vhost_vring_state (index, num), all u32 LE.
+    let mut msg = [0u8; 20];
+    let word = |m: &[u8; 20], i: usize| {
+        u32::from_le_bytes([m[4 * i], m[4 * i + 1], m[4 * i + 2], m[4 * i + 3]])
+    };
+    let mut n = 0;
+    // A message is sent whole; give its tail a moment if only the header is queued yet.
+    for _ in 0..100 {
+        n = memnic_shm::unix::peek(stream.as_fd(), &mut msg).unwrap_or(0);
+        if n < 12 || word(&msg, 0) != SET_VRING_ENABLE || word(&msg, 2) != 8 {
+            return Ok(false);
+        }
+        if n == msg.len() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if n < msg.len() {
+        return Ok(false);
+    }
+    let mut dev = device.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(res) = dev.early_vring_enable(word(&msg, 3), word(&msg, 4)) else {
+        return Ok(false);
+    };
+    let mut s = stream;
+    s.read_exact(&mut msg)
+        .map_err(|e| format!("read SET_VRING_ENABLE: {e}"))?;
+    if word(&msg, 1) & FLAG_NEED_REPLY != 0 && dev.reply_ack() {
+        let mut reply = [0u8; 20];
+        reply[0..4].copy_from_slice(&SET_VRING_ENABLE.to_le_bytes());
+        reply[4..8].copy_from_slice(&(FLAG_VERSION | FLAG_REPLY).to_le_bytes());
+        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+        reply[12..20].copy_from_slice(&u64::from(res.is_err()).to_le_bytes());
+        s.write_all(&reply)
+            .map_err(|e| format!("reply to SET_VRING_ENABLE: {e}"))?;
+    }
+    res.map(|()| true)
+        .map_err(|e| format!("SET_VRING_ENABLE: {e}"))
+}
+
 fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
     let mut fds = [PollFd::readable(fd)];
     let _ = poll(&mut fds, Some(TICK));
@@ -361,6 +414,11 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
             Ok(_) => {}
             Err(e) => break format!("poll: {e}"),
         }
+        match take_early_vring_enable(&watch, &device) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(why) => break why,
+        }
         if let Err(e) = handler.handle_request() {
             let detail = device
                 .lock()
@@ -373,6 +431,7 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
             };
         }
     };
+    crate::device::trace(format_args!("frontend dropped: {why}"));
     let _ = watch.shutdown(std::net::Shutdown::Both);
     device.lock().unwrap_or_else(|p| p.into_inner()).reset();
     shared.disconnects.fetch_add(1, Relaxed);

@@ -294,3 +294,102 @@ fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region(
     drop(port);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A ring stopped (GET_VRING_BASE) and set up again from index 0, as QEMU does when the guest's
+/// driver resets the device (rmmod/insmod, reboot): a second message that reinstalls the rings
+/// (SET_VRING_CALL) before our queue polled once must not read the old ring's position back
+/// as the new ring's start (it did: the queue then saw avail.idx jump and dropped the ring).
+#[test]
+fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
+    let dir = std::env::temp_dir().join(format!("memnic-fe3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vhost.sock").display().to_string();
+    let mut port = VhostPort::new("vhost0", VhostConfig::new(&path)).unwrap();
+    let pool = memnic_test_support::pool("fe3", 256, 2048);
+    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&path, &g, &kick, false);
+    let mut got = Vec::new();
+    for i in 0..3u16 {
+        let (a, l) = g.frame(i as u64, 60, i as u8);
+        g.desc(i, d(a, l, 0, 0));
+        g.offer(i, i);
+    }
+    poll(&mut *rxq, &mut got, "three frames", |v| v.len() == 3);
+    assert_eq!(f.get_vring_base(1).unwrap(), 3);
+
+    // The driver's new ring: zeroed, from index 0; kick, then call, with no burst between.
+    g.mem.write_bytes(AVAIL as usize, &[0u8; 0x1000]).unwrap();
+    g.mem.write_bytes(USED as usize, &[0u8; 0x1000]).unwrap();
+    f.set_vring_num(1, Q).unwrap();
+    f.set_vring_base(1, 0).unwrap();
+    f.set_vring_kick(1, &kick).unwrap();
+    let call = EventFd::new(0).unwrap();
+    f.set_vring_call(1, &call).unwrap();
+    let (a, l) = g.frame(5, 70, 0x77);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    poll(&mut *rxq, &mut got, "a frame on the new ring", |v| {
+        v.len() == 4
+    });
+    assert_eq!(got[3].to_vec(), vec![0x77; 70]);
+    assert_eq!(g.used_idx(), 1);
+    assert_eq!(port.bad_chains(), 0);
+    drop(f);
+    drop(rxq);
+    drop(port);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// QEMU 7.2 sends SET_VRING_ENABLE before SET_FEATURES (rust-vmm's handler refuses it then, and
+/// its own frontend will not send it, so this one speaks the wire format): it is accepted and
+/// acknowledged (REPLY_ACK), and the connection goes on.
+#[test]
+fn set_vring_enable_before_set_features_is_accepted_and_acknowledged() {
+    use std::io::{Read, Write};
+    let dir = std::env::temp_dir().join(format!("memnic-fe4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vhost.sock").display().to_string();
+    let port = VhostPort::new("vhost0", VhostConfig::new(&path)).unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let msg = |req: u32, flags: u32, body: &[u8]| {
+        let mut m = Vec::new();
+        for w in [req, flags, body.len() as u32] {
+            m.extend_from_slice(&w.to_le_bytes());
+        }
+        m.extend_from_slice(body);
+        m
+    };
+    let reply = |s: &mut std::os::unix::net::UnixStream| {
+        let mut r = [0u8; 20];
+        s.read_exact(&mut r).unwrap();
+        let w = |i: usize| u32::from_le_bytes(r[4 * i..4 * i + 4].try_into().unwrap());
+        (
+            w(0),
+            w(1),
+            u64::from_le_bytes(r[12..20].try_into().unwrap()),
+        )
+    };
+    const V1: u32 = 0x1;
+    // GET_FEATURES, SET_PROTOCOL_FEATURES(REPLY_ACK), then SET_VRING_ENABLE(1, 1) asking for a
+    // reply.
+    s.write_all(&msg(1, V1, &[])).unwrap();
+    let (req, _, features) = reply(&mut s);
+    assert_eq!(req, 1);
+    assert!(features & PROTOCOL_FEATURES != 0);
+    let reply_ack = VhostUserProtocolFeatures::REPLY_ACK.bits();
+    s.write_all(&msg(16, V1, &reply_ack.to_le_bytes())).unwrap();
+    let mut state = 1u32.to_le_bytes().to_vec();
+    state.extend_from_slice(&1u32.to_le_bytes());
+    s.write_all(&msg(18, V1 | 0x8, &state)).unwrap();
+    assert_eq!(reply(&mut s), (18, V1 | 0x4, 0), "acknowledged, success");
+    // The connection goes on: GET_FEATURES is answered.
+    s.write_all(&msg(1, V1, &[])).unwrap();
+    assert_eq!(reply(&mut s).0, 1);
+    assert_eq!(port.disconnects(), 0);
+    drop(s);
+    drop(port);
+    let _ = std::fs::remove_dir_all(&dir);
+}

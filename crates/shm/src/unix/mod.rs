@@ -36,6 +36,33 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::{Result, ShmError};
 
+/// Copies up to `buf.len()` bytes queued on socket `fd` into `buf` without taking them off the
+/// queue (`MSG_PEEK`, never waiting): how many were there, 0 at end of file, or
+/// [`ShmError::WouldBlock`] when nothing is queued. A stream reader uses it to look at the next
+/// message's header before it decides who reads the message.
+pub fn peek(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
+    loop {
+        // SAFETY: `buf` is live and writable for `buf.len()` bytes; recv writes at most that.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let source = io::Error::last_os_error();
+        match source.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) => return Err(ShmError::WouldBlock { op: "peek" }),
+            _ => return Err(os_err("peek at", "a socket", source)),
+        }
+    }
+}
+
 fn os_err(op: &'static str, what: impl Into<String>, source: io::Error) -> ShmError {
     ShmError::Io {
         op,
@@ -99,4 +126,32 @@ fn unique(tag: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod peek_tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    use super::peek;
+    use crate::ShmError;
+
+    #[test]
+    fn peek_shows_queued_bytes_and_leaves_them_for_the_reader() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let mut buf = [0u8; 8];
+        assert!(matches!(
+            peek(b.as_fd(), &mut buf),
+            Err(ShmError::WouldBlock { .. })
+        ));
+        a.write_all(b"abcdef").unwrap();
+        assert_eq!(peek(b.as_fd(), &mut buf).unwrap(), 6);
+        assert_eq!(&buf[..6], b"abcdef");
+        let mut got = [0u8; 6];
+        b.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"abcdef");
+        drop(a);
+        assert_eq!(peek(b.as_fd(), &mut buf).unwrap(), 0);
+    }
 }

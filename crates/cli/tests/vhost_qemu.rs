@@ -1,0 +1,322 @@
+//! A real Linux guest as the frontend of our vhost-user backend: QEMU 7.2 (TCG) with Debian's
+//! cloud kernel and its own virtio-net driver, two NICs on two of our vhost ports, our testpmd
+//! forwarding between them in `io` mode. Inside the guest the second NIC sits in its own network
+//! namespace, so every frame between the two addresses crosses our backend twice.
+//!
+//! The guest's frame counters (/proc/net/dev) must equal our port counters exactly: our testpmd
+//! starts before QEMU, so it counts every frame of the guest's life; `ipv6.disable=1` keeps the
+//! guest from sending anything but the test's traffic (ARP, ICMP, TCP), and the guest reads its
+//! counters half a second after the traffic, when its tx completions are reaped.
+//!
+//! Needs `qemu-system-x86` and `busybox-static` (`.ci/run` installs them) and fetches the guest
+//! kernel once with `apt-get download` (memnic-test-support's `guest` module).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::dpdk::Sock;
+use common::{json_of, Proc};
+use memnic_test_support::guest::{self, Image, Qemu};
+
+/// The guest's NICs: A on our port 0, B (in the namespace) on our port 1.
+const MAC_A: &str = "52:54:00:00:00:0a";
+const MAC_B: &str = "52:54:00:00:00:0b";
+
+/// Shell functions the test's `/init` scripts share, after the helper's prelude.
+///
+/// * `nic MAC`: the name of the interface with that address (in this namespace);
+/// * `setup`: both NICs up, B moved into namespace `$NS` (a `sleep` started with `unshare -n`),
+///   10.0.0.1 on A and 10.0.0.2 on B;
+/// * `pings N`: N pings from A to B, `ok` when all N come back;
+/// * `counters PHASE`: both NICs' frame counters from /proc/net/dev (per namespace: the /sys
+///   mounted in the first namespace shows only its own devices), as one marker line.
+const FUNCTIONS: &str = r#"
+nic() {
+    for d in /sys/class/net/*; do
+        [ "$(cat $d/address)" = "$1" ] && { basename $d; return; }
+    done
+}
+wait_nics() {
+    for i in $(seq 100); do
+        [ -n "$(nic $MAC_A)" ] && [ -n "$(nic $MAC_B)" ] && return 0
+        sleep 0.1
+    done
+    result "GUEST-RESULT setup=fail (no NICs: $(ls /sys/class/net))"
+}
+setup() {
+    wait_nics
+    A=$(nic $MAC_A); B=$(nic $MAC_B)
+    ip link set $B netns $NS || result "GUEST-RESULT setup=fail (netns)"
+    ip addr add 10.0.0.1/24 dev $A
+    ip link set $A up
+    nsenter -t $NS -n ip addr add 10.0.0.2/24 dev $B
+    nsenter -t $NS -n ip link set $B up
+    echo "GUEST-SETUP a=$A b=$B"
+}
+pings() {
+    out=$(ping -c $1 -i 0.2 -W 3 10.0.0.2 2>&1)
+    echo "$out" | grep -q " $1 packets received" && echo ok || { echo "$out" >&2; echo fail; }
+}
+dev_stats() {
+    # /proc/net/dev: "name: rx_bytes rx_packets ... (8 rx fields) tx_bytes tx_packets ..."
+    awk -v d="$1:" '$1 == d { print "rx=" $3 " tx=" $11 }' /proc/net/dev
+}
+counters() {
+    sleep 0.5
+    a=$(dev_stats $A); b=$(nsenter -t $NS -n sh -c "cat /proc/net/dev" | awk -v d="$B:" '$1 == d { print "rx=" $3 " tx=" $11 }')
+    echo "GUEST-COUNTERS phase=$1 a_$(echo $a | sed 's/ / a_/') b_$(echo $b | sed 's/ / b_/')"
+}
+"#;
+
+/// The start of both tests' `/init`: modules, loopback, the namespace, both NICs set up.
+fn init(body: &str) -> String {
+    guest::init_script(&format!(
+        "MAC_A={MAC_A}\nMAC_B={MAC_B}\n{FUNCTIONS}\nload_modules\nunshare -n sleep 600 &\nNS=$!\n\
+         sleep 0.2\nsetup\n{body}"
+    ))
+}
+
+/// Our testpmd on CPU 0: two vhost ports (server role) forwarded into each other in io mode.
+struct Backend {
+    me: Proc,
+    socks: [Sock; 2],
+}
+
+impl Backend {
+    fn start(tag: &str) -> Backend {
+        let socks = [0, 1].map(|i| Sock::new(&format!("qemu-{tag}-{i}")));
+        let v0 = format!("vhost0,iface={}", socks[0].0);
+        let v1 = format!("vhost1,iface={}", socks[1].0);
+        let me = common::spawn(&[
+            "testpmd",
+            "-l",
+            "0",
+            "--vdev",
+            &v0,
+            "--vdev",
+            &v1,
+            "--forward-mode",
+            "io",
+            "--json",
+        ]);
+        for s in &socks {
+            common::wait_for_path(&s.0, Duration::from_secs(10));
+        }
+        Backend { me, socks }
+    }
+
+    /// Stops testpmd; its final statistics.
+    fn stop(self) -> (serde_json::Value, String) {
+        let Backend { me, socks } = self;
+        me.interrupt();
+        let out = me.wait(Duration::from_secs(20));
+        drop(socks);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "our testpmd failed: {stderr}");
+        (json_of(&out), stderr)
+    }
+}
+
+/// The guest on CPU 1 with NIC A on `socks[0]` and NIC B on `socks[1]`.
+fn boot(name: &str, socks: &[Sock; 2], init: &str) -> Proc {
+    let kernel = guest::kernel().unwrap_or_else(|e| panic!("{e}"));
+    let image = Image::new(&kernel, init)
+        .build(name)
+        .unwrap_or_else(|e| panic!("{e}"));
+    Qemu::new(&kernel, &image)
+        .cpu(1)
+        .append("ipv6.disable=1")
+        .vhost_user_nic("0", &socks[0].0, MAC_A)
+        .vhost_user_nic("1", &socks[1].0, MAC_B)
+        .spawn()
+}
+
+/// The `key=value` fields after `tag` on the guest's console.
+fn fields(vm: &Proc, tag: &str) -> Vec<(String, String)> {
+    let line = vm
+        .line(tag)
+        .unwrap_or_else(|| panic!("no {tag} line:\n{}", vm.output()));
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn num(f: &[(String, String)], key: &str) -> u64 {
+    f.iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no number {key}= in {f:?}"))
+}
+
+fn text<'a>(f: &'a [(String, String)], key: &str) -> &'a str {
+    f.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {key}= in {f:?}"))
+}
+
+/// Waits for the verdict line (the guest powers off after it) and QEMU's exit.
+fn verdict(mut vm: Proc, limit: Duration) -> (Vec<(String, String)>, String) {
+    vm.wait_for_line("GUEST-RESULT", limit);
+    let f = fields(&vm, "GUEST-RESULT");
+    let console = vm.output();
+    let _ = vm.wait(Duration::from_secs(10));
+    (f, console)
+}
+
+/// Every frame the guest's NICs sent and received, phase by phase, against our port counters:
+/// A's tx is our port 0's rx, B's rx is our port 1's tx, and the other way round.
+fn assert_counters_agree(j: &serde_json::Value, phases: &[Vec<(String, String)>], said: &str) {
+    let sum = |k: &str| phases.iter().map(|p| num(p, k)).sum::<u64>();
+    let port = |i: usize, k: &str| {
+        j["ports"][i][k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {k} for port {i}: {j}"))
+    };
+    for (ours, theirs) in [
+        ((0, "rx_packets"), "a_tx"),
+        ((1, "tx_packets"), "b_rx"),
+        ((1, "rx_packets"), "b_tx"),
+        ((0, "tx_packets"), "a_rx"),
+    ] {
+        assert_eq!(
+            port(ours.0, ours.1),
+            sum(theirs),
+            "our port {} {} against the guest's {theirs}: {said}",
+            ours.0,
+            ours.1
+        );
+    }
+    // io mode: each port sent on everything the other received.
+    for (rx, tx) in [(0, 1), (1, 0)] {
+        assert_eq!(
+            port(rx, "rx_packets"),
+            port(tx, "tx_packets"),
+            "port {rx} received what port {tx} did not send: {said}"
+        );
+    }
+    for i in 0..2 {
+        for k in ["rx_errors", "tx_errors", "tx_dropped"] {
+            assert_eq!(port(i, k), 0, "port {i} {k}: {said}");
+        }
+    }
+}
+
+/// Ping and a 1 MiB TCP stream (checked by size and md5sum) from the guest's first NIC to its
+/// second, through our two ports; the guest's frame counters and ours agree exactly.
+#[test]
+fn poll_guest_pings_and_streams_tcp_through_our_ports() {
+    let t0 = Instant::now();
+    let be = Backend::start("tcp");
+    let init = init(
+        r#"
+ping=$(pings 5)
+dd if=/dev/urandom of=/tmp/data bs=1024 count=1024 2>/dev/null
+# The listener's stdin must stay open (a background job's is /dev/null, whose end of file
+# would make nc close its sending half and the sender stop early): a fifo a sleep holds.
+mkfifo /tmp/hold
+sleep 600 > /tmp/hold &
+nsenter -t $NS -n sh -c 'nc -l -p 5001 < /tmp/hold > /tmp/recv' &
+L=$!
+sleep 0.3
+timeout 20 nc -w 5 10.0.0.2 5001 < /tmp/data
+# The listener ends when the sender's data has all arrived; never wait for it long.
+for i in $(seq 30); do kill -0 $L 2>/dev/null || break; sleep 0.1; done
+kill $L 2>/dev/null
+sent=$(md5sum < /tmp/data | cut -d' ' -f1); got=$(md5sum < /tmp/recv | cut -d' ' -f1)
+size=$(wc -c < /tmp/recv)
+tcp=fail; [ "$sent" = "$got" ] && [ "$size" = 1048576 ] && tcp=ok
+counters 1
+result "GUEST-RESULT ping=$ping tcp=$tcp size=$size sent=$sent got=$got"
+"#,
+    );
+    let vm = boot("vhost-tcp", &be.socks, &init);
+    let (res, console) = verdict(vm, Duration::from_secs(60));
+    let phase1 = fields_of(&console, "GUEST-COUNTERS");
+    let (j, stderr) = be.stop();
+    let said = format!("{j}\n----- guest -----\n{console}\n----- ours -----\n{stderr}");
+    assert_eq!(text(&res, "ping"), "ok", "{said}");
+    assert_eq!(text(&res, "tcp"), "ok", "{said}");
+    assert_eq!(num(&res, "size"), 1 << 20, "{said}");
+    // 1 MiB in frames of at most 1514 bytes, one way, and its acks the other.
+    assert!(num(&phase1, "a_tx") > 700, "{said}");
+    assert_counters_agree(&j, &[phase1], &said);
+    eprintln!("guest: {}", console_line(&console, "GUEST-RESULT"));
+    eprintln!("guest: {}", console_line(&console, "GUEST-COUNTERS"));
+    eprintln!("ours: {}", ports_line(&j));
+    eprintln!("took {:?}", t0.elapsed());
+}
+
+/// The guest unloads and reloads virtio_net (the device is reset, QEMU stops and restarts both
+/// NICs' rings on our still-running ports): pings resume, and every frame of both lives of the
+/// NICs is in our counters.
+#[test]
+fn poll_guest_reloads_virtio_net_and_traffic_resumes() {
+    let t0 = Instant::now();
+    let be = Backend::start("reload");
+    let init = init(
+        r#"
+before=$(pings 3)
+counters 1
+nsenter -t $NS -n ip link set $B down
+ip link set $A down
+rmmod virtio_net || result "GUEST-RESULT rmmod=fail"
+[ -z "$(nic $MAC_A)" ] || result "GUEST-RESULT rmmod=fail (A still there)"
+insmod /lib/modules/virtio_net.ko || result "GUEST-RESULT insmod=fail"
+setup
+after=$(pings 3)
+counters 2
+result "GUEST-RESULT before=$before after=$after"
+"#,
+    );
+    let vm = boot("vhost-reload", &be.socks, &init);
+    let (res, console) = verdict(vm, Duration::from_secs(60));
+    let phases = [1, 2].map(|p| fields_of_phase(&console, p));
+    let (j, stderr) = be.stop();
+    let said = format!("{j}\n----- guest -----\n{console}\n----- ours -----\n{stderr}");
+    assert_eq!(text(&res, "before"), "ok", "{said}");
+    assert_eq!(text(&res, "after"), "ok", "{said}");
+    assert_counters_agree(&j, &phases, &said);
+    eprintln!("guest: {}", console_line(&console, "GUEST-RESULT"));
+    for p in [1, 2] {
+        eprintln!("guest: {}", console_line(&console, &format!("phase={p}")));
+    }
+    eprintln!("ours: {}", ports_line(&j));
+    eprintln!("took {:?}", t0.elapsed());
+}
+
+fn console_line<'a>(console: &'a str, tag: &str) -> &'a str {
+    console
+        .lines()
+        .find(|l| l.contains(tag))
+        .map_or("", |l| l.trim())
+}
+
+fn fields_of(console: &str, tag: &str) -> Vec<(String, String)> {
+    let l = console_line(console, tag);
+    assert!(!l.is_empty(), "no {tag} line:\n{console}");
+    l.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn fields_of_phase(console: &str, phase: u32) -> Vec<(String, String)> {
+    let tag = format!("GUEST-COUNTERS phase={phase}");
+    fields_of(console, &tag)
+}
+
+fn ports_line(j: &serde_json::Value) -> String {
+    (0..2)
+        .map(|i| {
+            let p = &j["ports"][i];
+            format!(
+                "port {i} rx={} tx={} tx_dropped={}",
+                p["rx_packets"], p["tx_packets"], p["tx_dropped"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
