@@ -118,8 +118,9 @@ impl Backend {
     }
 }
 
-/// The guest on CPU 1 with NIC A on `socks[0]` and NIC B on `socks[1]`.
-fn boot(name: &str, socks: &[Sock; 2], init: &str) -> Proc {
+/// The guest on CPU 1 with NIC A on `socks[0]` and NIC B on `socks[1]` (`nic`: more of their
+/// virtio-net-pci properties).
+fn boot(name: &str, socks: &[Sock; 2], init: &str, nic: &str) -> Proc {
     let kernel = guest::kernel().unwrap_or_else(|e| panic!("{e}"));
     let image = Image::new(&kernel, init)
         .build(name)
@@ -127,8 +128,8 @@ fn boot(name: &str, socks: &[Sock; 2], init: &str) -> Proc {
     Qemu::new(&kernel, &image)
         .cpu(1)
         .append("ipv6.disable=1")
-        .vhost_user_nic("0", &socks[0].0, MAC_A)
-        .vhost_user_nic("1", &socks[1].0, MAC_B)
+        .vhost_user_nic_with("0", &socks[0].0, MAC_A, nic)
+        .vhost_user_nic_with("1", &socks[1].0, MAC_B, nic)
         .spawn()
 }
 
@@ -208,8 +209,19 @@ fn assert_counters_agree(j: &serde_json::Value, phases: &[Vec<(String, String)>]
 /// second, through our two ports; the guest's frame counters and ours agree exactly.
 #[test]
 fn poll_guest_pings_and_streams_tcp_through_our_ports() {
+    ping_and_tcp("tcp", "");
+}
+
+/// The same over packed virtqueues (the guest's virtio_net on VIRTIO_F_RING_PACKED, with its
+/// interrupts and event suppression).
+#[test]
+fn poll_guest_on_packed_rings_pings_and_streams_tcp_through_our_ports() {
+    ping_and_tcp("tcppk", ",packed=on");
+}
+
+fn ping_and_tcp(tag: &str, nic: &str) {
     let t0 = Instant::now();
-    let be = Backend::start("tcp");
+    let be = Backend::start(tag);
     let init = init(
         r#"
 ping=$(pings 5)
@@ -232,7 +244,7 @@ counters 1
 result "GUEST-RESULT ping=$ping tcp=$tcp size=$size sent=$sent got=$got"
 "#,
     );
-    let vm = boot("vhost-tcp", &be.socks, &init);
+    let vm = boot(&format!("vhost-{tag}"), &be.socks, &init, nic);
     let (res, console) = verdict(vm, Duration::from_secs(60));
     let phase1 = fields_of(&console, "GUEST-COUNTERS");
     let (j, stderr) = be.stop();
@@ -254,8 +266,19 @@ result "GUEST-RESULT ping=$ping tcp=$tcp size=$size sent=$sent got=$got"
 /// NICs is in our counters.
 #[test]
 fn poll_guest_reloads_virtio_net_and_traffic_resumes() {
+    reload("reload", "");
+}
+
+/// The same on packed rings: QEMU stops them with GET_VRING_BASE and restarts them with
+/// SET_VRING_BASE, both carrying wrap counters.
+#[test]
+fn poll_guest_on_packed_rings_reloads_virtio_net_and_traffic_resumes() {
+    reload("reloadpk", ",packed=on");
+}
+
+fn reload(tag: &str, nic: &str) {
     let t0 = Instant::now();
-    let be = Backend::start("reload");
+    let be = Backend::start(tag);
     let init = init(
         r#"
 before=$(pings 3)
@@ -271,7 +294,7 @@ counters 2
 result "GUEST-RESULT before=$before after=$after"
 "#,
     );
-    let vm = boot("vhost-reload", &be.socks, &init);
+    let vm = boot(&format!("vhost-{tag}"), &be.socks, &init, nic);
     let (res, console) = verdict(vm, Duration::from_secs(60));
     let phases = [1, 2].map(|p| fields_of_phase(&console, p));
     let (j, stderr) = be.stop();

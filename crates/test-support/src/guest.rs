@@ -471,12 +471,20 @@ impl Qemu {
     /// QEMU 7.2 segfaults with vhost-user under TCG when the device uses MSI-X, so it uses
     /// INTx. `id` names the chardev and netdev; `mac` the NIC's address.
     pub fn vhost_user_nic(self, id: &str, sock: &str, mac: &str) -> Self {
+        self.vhost_user_nic_with(id, sock, mac, "")
+    }
+
+    /// [`Qemu::vhost_user_nic`] with more `virtio-net-pci` properties (`opts`, each with a
+    /// leading comma: `,packed=on` for packed virtqueues).
+    pub fn vhost_user_nic_with(self, id: &str, sock: &str, mac: &str, opts: &str) -> Self {
         self.arg("-chardev")
             .arg(&format!("socket,id=c{id},path={sock}"))
             .arg("-netdev")
             .arg(&format!("vhost-user,id=n{id},chardev=c{id},vhostforce=on"))
             .arg("-device")
-            .arg(&format!("virtio-net-pci,netdev=n{id},mac={mac},vectors=0"))
+            .arg(&format!(
+                "virtio-net-pci,netdev=n{id},mac={mac},vectors=0{opts}"
+            ))
     }
 
     /// The command line, program first.

@@ -368,8 +368,17 @@ impl VhostUserBackendReqHandlerMut for Device {
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
-        trace(format_args!("set_vring_base index {index} base {base}"));
-        let base = u16::try_from(base).map_err(|_| VuError::InvalidParam)?;
+        trace(format_args!("set_vring_base index {index} base {base:#x}"));
+        let base = if self.acked & F_RING_PACKED != 0 {
+            // Packed: the avail index and its wrap counter in bits 0-15; QEMU puts the used
+            // index and its wrap counter in bits 16-31. We return every chain in the burst
+            // that takes it, so our used position always equals our avail position: the high
+            // half is not needed (DPDK's vhost ignores it too). The index is checked against
+            // the ring when it is installed.
+            base as u16
+        } else {
+            u16::try_from(base).map_err(|_| VuError::InvalidParam)?
+        };
         self.vring(index)?.base = base;
         Ok(())
     }
@@ -378,8 +387,16 @@ impl VhostUserBackendReqHandlerMut for Device {
         trace(format_args!("get_vring_base index {index}"));
         self.vring(index)?.started = false;
         self.install();
+        let packed = self.acked & F_RING_PACKED != 0;
         let v = self.vring(index)?;
-        Ok(VhostUserVringState::new(index, v.base as u32))
+        let num = if packed {
+            // The used position (the same: see set_vring_base) in the high half, where QEMU
+            // reads it back; DPDK's virtio-user reads only the low half.
+            v.base as u32 | (v.base as u32) << 16
+        } else {
+            v.base as u32
+        };
+        Ok(VhostUserVringState::new(index, num))
     }
 
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
