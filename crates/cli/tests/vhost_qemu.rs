@@ -219,6 +219,13 @@ fn poll_guest_on_packed_rings_pings_and_streams_tcp_through_our_ports() {
     ping_and_tcp("tcppk", ",packed=on");
 }
 
+/// The same with a legacy virtio device (virtio 0.9.5: no VERSION_1, the 10-byte header
+/// without mergeable buffers).
+#[test]
+fn poll_legacy_guest_pings_and_streams_tcp_through_our_ports() {
+    ping_and_tcp("tcplegacy", ",disable-modern=on,mrg_rxbuf=off");
+}
+
 fn ping_and_tcp(tag: &str, nic: &str) {
     let t0 = Instant::now();
     let be = Backend::start(tag);

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# vhost-user backends side by side: DPDK's net_vhost and ours, with the same frontend (DPDK
+# 22.11's virtio-user) in every run. Both directions: dequeue (virtio-user txonly -> backend
+# rxonly: the guest's tx ring) and enqueue (backend txonly -> virtio-user rxonly: the guest's
+# rx ring, where DPDK is slowest), split and packed rings, each size. The backend runs on
+# CPU 1, virtio-user on CPU 0, one lcore each.
+#
+# Every figure comes from the frontend's counters (its TX-packets for dequeue: the ring holds
+# 256, so what it got in is what the backend took; its RX-packets for enqueue), stamped with
+# this script's clock as the lines arrive (DPDK prints every 2 s, late when its stats thread
+# shares a CPU): each window between two stamped lines is one sample. Runs alternate the two
+# backends (A B B A ...) over all cells, so both see the same mix of this machine's fast and
+# slow states; the table gives each backend's 20th/50th/80th percentile of its window rates
+# (p80 is the fast state, p20 the slow one) and ours/DPDK at each.
+#
+#   benches/vhost-vs-dpdk.sh [--seconds N] [--rounds N] [--sizes "64 512 1518"]
+#                            [--rings "split packed"] [--dirs "deq enq"] [--json]
+# Needs dpdk-testpmd with the vhost and virtio PMDs (apt-get install dpdk-dev
+# librte-net-vhost23 librte-net-virtio23).
+set -euo pipefail
+T=8
+ROUNDS=3
+SIZES="64 512 1518"
+RINGS="split packed"
+DIRS="deq enq"
+JSON=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --seconds) T=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --sizes) SIZES=$2; shift 2 ;;
+        --rings) RINGS=$2; shift 2 ;;
+        --dirs) DIRS=$2; shift 2 ;;
+        --json) JSON=1; shift ;;
+        *) echo "vhost-vs-dpdk.sh: unknown option '$1' (use --seconds N, --rounds N, --sizes \"64 1518\", --rings \"split packed\", --dirs \"deq enq\", --json)" >&2; exit 2 ;;
+    esac
+done
+command -v dpdk-testpmd >/dev/null || { echo "vhost-vs-dpdk.sh: dpdk-testpmd is not installed (apt-get install dpdk-dev librte-net-vhost23 librte-net-virtio23)" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+cargo build --release -q
+OURS=$PWD/target/release/memnic
+DIR=$(mktemp -d)
+SOCK=$DIR/vhost.sock
+trap 'pkill -INT -P $$ 2>/dev/null || true; rm -rf "$DIR"' EXIT
+EAL="--no-huge -m 1024 --no-pci"
+APP="--nb-cores=1 --total-num-mbufs=32768 -a --stats-period 1"
+
+backend() { # impl mode size
+    if [ "$1" = dpdk ]; then
+        timeout -s INT $((T + 6)) dpdk-testpmd $EAL --lcores=0@1,1@1 --file-prefix b$$ \
+            --vdev=net_vhost0,iface=$SOCK,queues=1 -- $APP --forward-mode="$2" --txpkts="$3" \
+            >"$DIR/b.log" 2>&1
+    else
+        timeout -s INT $((T + 6)) "$OURS" testpmd -l 1 --vdev "vhost0,iface=$SOCK" \
+            --forward-mode="$2" --txpkts="$3" --duration $((T + 4)) >"$DIR/b.log" 2>&1
+    fi
+}
+# frontend ring mode size: virtio-user for T seconds; prints "seconds count" for each
+# statistics line of its port (count: TX-packets for txonly, RX-packets for rxonly)
+frontend() {
+    local packed=0 key=RX-packets
+    [ "$1" = packed ] && packed=1
+    [ "$2" = txonly ] && key=TX-packets
+    timeout -s INT "$T" dpdk-testpmd $EAL --single-file-segments --lcores=0@0,1@0 \
+        --file-prefix f$$ --vdev=net_virtio_user0,path=$SOCK,queues=1,packed_vq=$packed \
+        -- $APP --no-flush-rx --forward-mode="$2" --txpkts="$3" 2>&1 |
+        while IFS= read -r line; do
+            case $line in
+                *"$key:"*) set -- $line; echo "$(date +%s.%N) $2" ;;
+            esac
+        done
+}
+# one IMPL RING DIR SIZE: appends window rates (pps) to $DIR/samples.IMPL.RING.DIR.SIZE
+one() {
+    local bmode=rxonly fmode=txonly
+    [ "$3" = enq ] && bmode=txonly fmode=rxonly
+    rm -f "$SOCK"
+    backend "$1" "$bmode" "$4" &
+    local bp=$!
+    for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
+    frontend "$2" "$fmode" "$4" >"$DIR/f.stamps" || true
+    kill -INT $bp 2>/dev/null || true
+    wait $bp 2>/dev/null || true
+    # Windows between stamped cumulative counts; the first (start-up) and last dropped.
+    awk 'NR>1 && $1>t { r=($2-c)/($1-t); if (r>0) print r } { t=$1; c=$2 }' "$DIR/f.stamps" |
+        head -n -1 | tail -n +2 >>"$DIR/samples.$1.$2.$3.$4"
+}
+# pct FILE -> "p20 p50 p80 n" (Mpps)
+pct() {
+    sort -g "$1" | awk '{a[NR]=$1} END{ if (NR==0) {print "0 0 0 0"; exit}
+        i20=int(0.2*(NR-1)+0.5)+1; i50=int(0.5*(NR-1)+0.5)+1; i80=int(0.8*(NR-1)+0.5)+1;
+        printf "%.2f %.2f %.2f %d\n", a[i20]/1e6, a[i50]/1e6, a[i80]/1e6, NR }'
+}
+
+flip=0
+for r in $(seq "$ROUNDS"); do
+    for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do
+        [ -t 2 ] && printf '\rround %d of %d: %s %s %s B   ' "$r" "$ROUNDS" "$ring" "$d" "$s" >&2
+        if [ $flip = 0 ]; then order="dpdk memnic"; else order="memnic dpdk"; fi
+        flip=$((1 - flip))
+        for impl in $order; do one "$impl" "$ring" "$d" "$s"; done
+    done; done; done
+done
+[ -t 2 ] && echo >&2
+
+declare -A R
+for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do for impl in dpdk memnic; do
+    f="$DIR/samples.$impl.$ring.$d.$s"; touch "$f"
+    R[$impl.$ring.$d.$s]=$(pct "$f")
+done; done; done; done
+
+if [ $JSON = 1 ]; then
+    printf '['; sep=
+    for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do for impl in dpdk memnic; do
+        set -- ${R[$impl.$ring.$d.$s]}
+        printf '%s{"backend":"%s","ring":"%s","dir":"%s","size":%s,"p20":%s,"p50":%s,"p80":%s,"samples":%s}' \
+            "$sep" "$impl" "$ring" "$d" "$s" "$1" "$2" "$3" "$4"
+        sep=,
+    done; done; done; done
+    printf ']\n'
+    exit 0
+fi
+echo "vhost-user backend (CPU 1) <-> DPDK virtio-user (CPU 0), $T s per run, $ROUNDS rounds, runs alternating"
+echo "deq: virtio-user txonly -> backend rxonly; enq: backend txonly -> virtio-user rxonly"
+echo "Mpps at the 20th / 50th / 80th percentile of the frontend's stamped ~2-s windows (p80: fast state, p20: slow)"
+printf '%-6s %-3s %5s | %-20s | %-20s | %-17s\n' ring dir size "DPDK p20/p50/p80" "memnic p20/p50/p80" "memnic/DPDK"
+for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do
+    set -- ${R[dpdk.$ring.$d.$s]} ${R[memnic.$ring.$d.$s]}
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ printf "%.2f", (b>0)? a/b : 0 }'; }
+    printf '%-6s %-3s %5s | %5.2f %5.2f %5.2f n=%-2s | %5.2f %5.2f %5.2f n=%-2s | %s %s %s\n' \
+        "$ring" "$d" "$s" "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" \
+        "$(ratio "$5" "$1")" "$(ratio "$6" "$2")" "$(ratio "$7" "$3")"
+done; done; done
