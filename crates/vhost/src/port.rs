@@ -11,9 +11,9 @@ use std::sync::atomic::{
     AtomicBool, AtomicU64,
     Ordering::{Acquire, Relaxed},
 };
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vhost::vhost_user::BackendReqHandler;
 
@@ -55,6 +55,10 @@ pub struct VhostConfig {
     pub client: bool,
     pub mac: MacAddr,
     pub mtu: u16,
+    /// How long a frontend may take to send its first message after connecting, and any
+    /// message (and to read our reply) once it has started; past it the connection is closed
+    /// so that the next frontend can be served. 5 s (tests shorten it).
+    pub message_timeout: Duration,
 }
 
 impl VhostConfig {
@@ -65,6 +69,7 @@ impl VhostConfig {
             client: false,
             mac: MacAddr([2, 0x56, 0x48, 0, 0, 0]),
             mtu: 9000,
+            message_timeout: MESSAGE_TIMEOUT,
         }
     }
 
@@ -192,13 +197,33 @@ impl VhostPort {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
-    /// Chains and rings the guest got wrong, over every queue.
+    /// Chains the guest got wrong (each refused and returned unused), over every queue.
     pub fn bad_chains(&self) -> u64 {
         self.shared
             .slots
             .iter()
             .map(|s| s.bad_chains.load(Relaxed))
             .sum()
+    }
+
+    /// Times a queue found its ring broken (avail.idx moved by more than the queue size) and
+    /// stopped using it until the control thread installs a ring again, over every queue.
+    pub fn broken_rings(&self) -> u64 {
+        self.shared
+            .slots
+            .iter()
+            .map(|s| s.broken.load(Relaxed))
+            .sum()
+    }
+
+    /// Serves one frontend on `stream` exactly as the control thread serves a connection
+    /// (a fresh [`Device`], every request through rust-vmm's handler, the port's rings taken
+    /// away and the link down when it ends) and returns why it ended, also left in
+    /// [`VhostPort::last_reason`]. For fuzzing and tests that hold both ends of a socket pair:
+    /// do not use it while the port's own socket has a frontend.
+    pub fn serve_stream(&self, stream: UnixStream) -> String {
+        serve(&self.shared, &self.cfg, stream);
+        self.last_reason().unwrap_or_default()
     }
 
     /// Why the last refused chain (of any queue) was refused.
@@ -307,9 +332,8 @@ impl Port for VhostPort {
 
 /// How often the control thread looks at its stop flag while it waits.
 const TICK: Duration = Duration::from_millis(50);
-/// A message that starts arriving must arrive whole within this (a frontend that sends half a
-/// message and stops would otherwise hold the control thread).
-const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default [`VhostConfig::message_timeout`].
+pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<UnixListener>) {
     while !shared.stop.load(Relaxed) {
@@ -339,11 +363,77 @@ fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
     let _ = poll(&mut fds, Some(TICK));
 }
 
-/// Serves one frontend until it leaves, breaks the protocol or the port stops.
+/// Bounds how long one request may hold the control thread. rust-vmm's handler reads a
+/// header until it has all 12 bytes and writes a reply until it is all sent, retrying on a
+/// socket timeout, so half a header, or a frontend that stops reading our replies, would block
+/// it for ever (and with it the port's stop and the next frontend). Past the deadline, or once
+/// the port stops, the watchdog shuts the socket down: the blocked call returns, with an error.
+#[derive(Default)]
+struct Watchdog {
+    state: Mutex<Watch>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct Watch {
+    deadline: Option<Instant>,
+    fired: bool,
+    done: bool,
+}
+
+impl Watchdog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watch> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn arm(&self, timeout: Duration) {
+        self.lock().deadline = Some(Instant::now() + timeout);
+        self.cv.notify_one();
+    }
+
+    /// Whether it fired since it was armed.
+    fn disarm(&self) -> bool {
+        let mut w = self.lock();
+        w.deadline = None;
+        std::mem::take(&mut w.fired)
+    }
+
+    fn finish(&self) {
+        self.lock().done = true;
+        self.cv.notify_one();
+    }
+
+    fn run(&self, sock: &UnixStream, stop: &AtomicBool) {
+        let mut w = self.lock();
+        while !w.done {
+            let now = Instant::now();
+            if let Some(d) = w.deadline {
+                // Relaxed: a flag looked at every TICK; nothing is ordered by it.
+                if now >= d || stop.load(Relaxed) {
+                    w.fired = true;
+                    w.deadline = None;
+                    let _ = sock.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            let wait = w
+                .deadline
+                .map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
+            w = self
+                .cv
+                .wait_timeout(w, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Serves one frontend until it leaves, breaks the protocol, says nothing for the message
+/// timeout after connecting, stalls inside a message, or the port stops.
 fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
-    let (Ok(()), Ok(()), Ok(watch)) = (
+    let (Ok(()), Ok(()), Ok(watch), Ok(cut)) = (
         stream.set_nonblocking(false),
-        stream.set_read_timeout(Some(MESSAGE_TIMEOUT)),
+        stream.set_read_timeout(None),
+        stream.try_clone(),
         stream.try_clone(),
     ) else {
         return;
@@ -351,28 +441,57 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     shared.connects.fetch_add(1, Relaxed);
     let device = Arc::new(Mutex::new(Device::new(shared.clone(), cfg.mac, cfg.mtu)));
     let mut handler = BackendReqHandler::from_stream(stream, device.clone());
-    let why = loop {
-        if shared.stop.load(Relaxed) {
-            break "the port stopped".to_string();
+    let timeout = cfg.message_timeout;
+    let dog = Watchdog::default();
+    let why = std::thread::scope(|s| {
+        let dog = &dog;
+        if std::thread::Builder::new()
+            .name("vhost-watchdog".into())
+            .spawn_scoped(s, move || dog.run(&cut, &shared.stop))
+            .is_err()
+        {
+            return "cannot start the watchdog thread".to_string();
         }
-        let mut fds = [PollFd::readable(watch.as_fd())];
-        match poll(&mut fds, Some(TICK)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(e) => break format!("poll: {e}"),
-        }
-        if let Err(e) = handler.handle_request() {
+        let connected = Instant::now();
+        let mut heard = false;
+        let why = loop {
+            if shared.stop.load(Relaxed) {
+                break "the port stopped".to_string();
+            }
+            let mut fds = [PollFd::readable(watch.as_fd())];
+            match poll(&mut fds, Some(TICK)) {
+                Ok(0) if !heard && connected.elapsed() >= timeout => {
+                    break format!("the frontend sent nothing within {timeout:?} of connecting");
+                }
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(e) => break format!("poll: {e}"),
+            }
+            heard = true;
+            dog.arm(timeout);
+            let r = handler.handle_request();
+            let fired = dog.disarm();
             let detail = device
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .last_error
                 .take();
-            break match detail {
+            let Err(e) = r else { continue };
+            let e = match detail {
                 Some(d) => format!("{e}: {d}"),
                 None => e.to_string(),
             };
-        }
-    };
+            break if shared.stop.load(Relaxed) {
+                "the port stopped".to_string()
+            } else if fired {
+                format!("a message (or our reply) took longer than {timeout:?}: {e}")
+            } else {
+                e
+            };
+        };
+        dog.finish();
+        why
+    });
     let _ = watch.shutdown(std::net::Shutdown::Both);
     device.lock().unwrap_or_else(|p| p.into_inner()).reset();
     shared.disconnects.fetch_add(1, Relaxed);
