@@ -117,6 +117,8 @@ pub struct Shared {
     pub connects: AtomicU64,
     pub disconnects: AtomicU64,
     pub last_reason: Mutex<Option<String>>,
+    /// Bounds each request of the connection being served.
+    dog: Watchdog,
 }
 
 impl Shared {
@@ -137,6 +139,7 @@ pub struct VhostPort {
     cfg: VhostConfig,
     shared: Arc<Shared>,
     control: Option<JoinHandle<()>>,
+    watchdog: Option<JoinHandle<()>>,
     rx_cells: Vec<Option<Arc<StatsCell>>>,
     tx_cells: Vec<Option<Arc<StatsCell>>>,
 }
@@ -153,6 +156,7 @@ impl VhostPort {
             connects: AtomicU64::new(0),
             disconnects: AtomicU64::new(0),
             last_reason: Mutex::new(None),
+            dog: Watchdog::default(),
         });
         let listener = if cfg.client {
             None
@@ -173,12 +177,28 @@ impl VhostPort {
                 .spawn(move || control_thread(&shared, &cfg, listener))
                 .map_err(VhostError::Thread)?
         };
+        let watchdog = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("vhost-{name}-dog"))
+                .spawn(move || shared.dog.run(&shared.stop))
+        };
+        let watchdog = match watchdog {
+            Ok(w) => w,
+            Err(e) => {
+                // Relaxed: the join orders it.
+                shared.stop.store(true, Relaxed);
+                let _ = control.join();
+                return Err(VhostError::Thread(e));
+            }
+        };
         let q = cfg.queues as usize;
         Ok(VhostPort {
             name: name.to_string(),
             cfg,
             shared,
             control: Some(control),
+            watchdog: Some(watchdog),
             rx_cells: vec![None; q],
             tx_cells: vec![None; q],
         })
@@ -273,7 +293,11 @@ impl Drop for VhostPort {
         // Relaxed: the join below orders everything after it; the thread only needs to see
         // the flag eventually (it looks every TICK).
         self.shared.stop.store(true, Relaxed);
+        self.shared.dog.cv.notify_all();
         if let Some(t) = self.control.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.watchdog.take() {
             let _ = t.join();
         }
         if !self.cfg.client {
@@ -368,6 +392,7 @@ fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
 /// socket timeout, so half a header, or a frontend that stops reading our replies, would block
 /// it for ever (and with it the port's stop and the next frontend). Past the deadline, or once
 /// the port stops, the watchdog shuts the socket down: the blocked call returns, with an error.
+/// One per port, on its own thread; it watches the connection being served.
 #[derive(Default)]
 struct Watchdog {
     state: Mutex<Watch>,
@@ -376,9 +401,11 @@ struct Watchdog {
 
 #[derive(Default)]
 struct Watch {
+    /// The connection being served (a clone of its socket), and the deadline of the request
+    /// in progress.
+    sock: Option<UnixStream>,
     deadline: Option<Instant>,
     fired: bool,
-    done: bool,
 }
 
 impl Watchdog {
@@ -386,9 +413,22 @@ impl Watchdog {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Watches `sock` from now on (until `detach`).
+    fn attach(&self, sock: UnixStream) {
+        *self.lock() = Watch {
+            sock: Some(sock),
+            ..Watch::default()
+        };
+    }
+
+    fn detach(&self) {
+        *self.lock() = Watch::default();
+    }
+
+    /// Sets the deadline of the request about to be handled. (No wake-up: the watchdog looks
+    /// every TICK, so it fires at most a TICK late, and a request costs no context switch.)
     fn arm(&self, timeout: Duration) {
         self.lock().deadline = Some(Instant::now() + timeout);
-        self.cv.notify_one();
     }
 
     /// Whether it fired since it was armed.
@@ -398,22 +438,25 @@ impl Watchdog {
         std::mem::take(&mut w.fired)
     }
 
-    fn finish(&self) {
-        self.lock().done = true;
-        self.cv.notify_one();
-    }
-
-    fn run(&self, sock: &UnixStream, stop: &AtomicBool) {
+    /// Until the port stops: shuts the watched socket down once its request's deadline has
+    /// passed (or the port stops while a request is in progress).
+    fn run(&self, stop: &AtomicBool) {
         let mut w = self.lock();
-        while !w.done {
+        loop {
+            // Relaxed: a flag looked at every TICK; the port's drop joins this thread.
+            let stopping = stop.load(Relaxed);
             let now = Instant::now();
             if let Some(d) = w.deadline {
-                // Relaxed: a flag looked at every TICK; nothing is ordered by it.
-                if now >= d || stop.load(Relaxed) {
+                if now >= d || stopping {
                     w.fired = true;
                     w.deadline = None;
-                    let _ = sock.shutdown(std::net::Shutdown::Both);
+                    if let Some(s) = &w.sock {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    }
                 }
+            }
+            if stopping {
+                return;
             }
             let wait = w
                 .deadline
@@ -442,56 +485,46 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     let device = Arc::new(Mutex::new(Device::new(shared.clone(), cfg.mac, cfg.mtu)));
     let mut handler = BackendReqHandler::from_stream(stream, device.clone());
     let timeout = cfg.message_timeout;
-    let dog = Watchdog::default();
-    let why = std::thread::scope(|s| {
-        let dog = &dog;
-        if std::thread::Builder::new()
-            .name("vhost-watchdog".into())
-            .spawn_scoped(s, move || dog.run(&cut, &shared.stop))
-            .is_err()
-        {
-            return "cannot start the watchdog thread".to_string();
+    let dog = &shared.dog;
+    dog.attach(cut);
+    let connected = Instant::now();
+    let mut heard = false;
+    let why = loop {
+        if shared.stop.load(Relaxed) {
+            break "the port stopped".to_string();
         }
-        let connected = Instant::now();
-        let mut heard = false;
-        let why = loop {
-            if shared.stop.load(Relaxed) {
-                break "the port stopped".to_string();
+        let mut fds = [PollFd::readable(watch.as_fd())];
+        match poll(&mut fds, Some(TICK)) {
+            Ok(0) if !heard && connected.elapsed() >= timeout => {
+                break format!("the frontend sent nothing within {timeout:?} of connecting");
             }
-            let mut fds = [PollFd::readable(watch.as_fd())];
-            match poll(&mut fds, Some(TICK)) {
-                Ok(0) if !heard && connected.elapsed() >= timeout => {
-                    break format!("the frontend sent nothing within {timeout:?} of connecting");
-                }
-                Ok(0) => continue,
-                Ok(_) => {}
-                Err(e) => break format!("poll: {e}"),
-            }
-            heard = true;
-            dog.arm(timeout);
-            let r = handler.handle_request();
-            let fired = dog.disarm();
-            let detail = device
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .last_error
-                .take();
-            let Err(e) = r else { continue };
-            let e = match detail {
-                Some(d) => format!("{e}: {d}"),
-                None => e.to_string(),
-            };
-            break if shared.stop.load(Relaxed) {
-                "the port stopped".to_string()
-            } else if fired {
-                format!("a message (or our reply) took longer than {timeout:?}: {e}")
-            } else {
-                e
-            };
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(e) => break format!("poll: {e}"),
+        }
+        heard = true;
+        dog.arm(timeout);
+        let r = handler.handle_request();
+        let fired = dog.disarm();
+        let detail = device
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_error
+            .take();
+        let Err(e) = r else { continue };
+        let e = match detail {
+            Some(d) => format!("{e}: {d}"),
+            None => e.to_string(),
         };
-        dog.finish();
-        why
-    });
+        break if shared.stop.load(Relaxed) {
+            "the port stopped".to_string()
+        } else if fired {
+            format!("a message (or our reply) took longer than {timeout:?}: {e}")
+        } else {
+            e
+        };
+    };
+    dog.detach();
     let _ = watch.shutdown(std::net::Shutdown::Both);
     device.lock().unwrap_or_else(|p| p.into_inner()).reset();
     shared.disconnects.fetch_add(1, Relaxed);
