@@ -124,10 +124,39 @@ impl Device {
         }
     }
 
+    /// Refuses the request: `why` goes into the reason the port logs when it closes the
+    /// connection (every error from a handler closes it).
+    fn refuse(&mut self, why: String) -> VuError {
+        self.last_error = Some(why);
+        VuError::InvalidParam
+    }
+
     fn vring(&mut self, index: u32) -> VuResult<&mut Vring> {
-        self.vrings
-            .get_mut(index as usize)
-            .ok_or(VuError::InvalidParam)
+        let n = self.vrings.len();
+        if index as usize >= n {
+            return Err(self.refuse(format!("ring {index} does not exist (this port has {n})")));
+        }
+        Ok(&mut self.vrings[index as usize])
+    }
+
+    /// [`Device::install`] for a request handler: a ring that has everything it needs but
+    /// cannot be set up (its areas outside the memory table) refuses the request.
+    fn install_or_refuse(&mut self) -> VuResult<()> {
+        self.install().map_err(|e| self.refuse(e))
+    }
+
+    /// A kick or call fd: it must be an eventfd (a pipe or a socket could block a reader).
+    fn eventfd(
+        &mut self,
+        index: u8,
+        what: &str,
+        fd: Option<File>,
+    ) -> VuResult<Option<Arc<EventFd>>> {
+        let Some(f) = fd else { return Ok(None) };
+        match EventFd::from_fd(OwnedFd::from(f)) {
+            Ok(e) => Ok(Some(Arc::new(e))),
+            Err(e) => Err(self.refuse(format!("ring {index}: the {what} fd: {e}"))),
+        }
     }
 
     fn header_len(&self) -> usize {
@@ -152,11 +181,15 @@ impl Device {
         self.mem = None;
         self.acked = 0;
         self.features_set = false;
-        self.install();
+        // No ring is started now, so none can fail to be set up.
+        let _ = self.install();
     }
 
     /// Gives each queue its ring as the state now says, with the queues out of their bursts.
-    pub fn install(&mut self) {
+    /// A ring with a memory table, addresses and a kick whose areas are not where the table
+    /// says memory is gets no ring, and the last such failure is returned (the other rings
+    /// are installed all the same).
+    pub fn install(&mut self) -> Result<(), String> {
         let hdr_len = self.header_len();
         let mrg = self.acked & NET_F_MRG_RXBUF != 0;
         let event_idx = self.acked & F_EVENT_IDX != 0;
@@ -186,9 +219,6 @@ impl Device {
             };
             conns.push(conn);
         }
-        if let Some(e) = errors.pop() {
-            self.last_error = Some(e);
-        }
         let shared = self.shared.clone();
         // Queues that stay in a burst longer than this are lcores stuck elsewhere: try again.
         while shared
@@ -204,6 +234,10 @@ impl Device {
         let up = self.vrings.iter().any(|v| v.installed && v.enabled);
         // Release pairs with the Acquire in `VhostPort::link`.
         self.shared.link_up.store(up, Release);
+        match errors.pop() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
@@ -293,7 +327,11 @@ impl VhostUserBackendReqHandlerMut for Device {
     fn set_features(&mut self, features: u64) -> VuResult<()> {
         trace(format_args!("set_features {features:#x}"));
         if features & !self.offered != 0 {
-            return Err(invalid("features not offered"));
+            let extra = features & !self.offered;
+            return Err(self.refuse(format!(
+                "features {extra:#x} were not offered (offered {:#x})",
+                self.offered
+            )));
         }
         self.acked = features;
         self.features_set = true;
@@ -303,8 +341,7 @@ impl VhostUserBackendReqHandlerMut for Device {
                 v.enabled = true;
             }
         }
-        self.install();
-        Ok(())
+        self.install_or_refuse()
     }
 
     fn set_mem_table(
@@ -333,7 +370,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             invalid("memory table refused")
         })?;
         self.mem = Some(Arc::new(table));
-        self.install();
+        self.install_or_refuse()?;
         Ok(None)
     }
 
@@ -342,7 +379,10 @@ impl VhostUserBackendReqHandlerMut for Device {
         // Packed rings need no power of two (SET_FEATURES comes first).
         let packed = self.acked & F_RING_PACKED != 0;
         if num == 0 || num > MAX_QUEUE_SIZE || !(packed || num.is_power_of_two()) {
-            return Err(VuError::InvalidParam);
+            return Err(self.refuse(format!(
+                "ring {index}: queue size {num} is not {} from 1 to {MAX_QUEUE_SIZE}",
+                if packed { "a size" } else { "a power of two" }
+            )));
         }
         self.vring(index)?.num = num;
         Ok(())
@@ -363,8 +403,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             avail: available,
             used,
         });
-        self.install();
-        Ok(())
+        self.install_or_refuse()
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
@@ -377,7 +416,13 @@ impl VhostUserBackendReqHandlerMut for Device {
             // the ring when it is installed.
             base as u16
         } else {
-            u16::try_from(base).map_err(|_| VuError::InvalidParam)?
+            // A split ring's indices are 16 bits: a larger base is not one of them.
+            let Ok(base) = u16::try_from(base) else {
+                return Err(self.refuse(format!(
+                    "ring {index}: base {base} does not fit a split ring's 16-bit index"
+                )));
+            };
+            base
         };
         self.vring(index)?.base = base;
         Ok(())
@@ -386,7 +431,7 @@ impl VhostUserBackendReqHandlerMut for Device {
     fn get_vring_base(&mut self, index: u32) -> VuResult<VhostUserVringState> {
         trace(format_args!("get_vring_base index {index}"));
         self.vring(index)?.started = false;
-        self.install();
+        self.install_or_refuse()?;
         let packed = self.acked & F_RING_PACKED != 0;
         let v = self.vring(index)?;
         let num = if packed {
@@ -404,17 +449,11 @@ impl VhostUserBackendReqHandlerMut for Device {
             "set_vring_kick index {index} fd {}",
             fd.is_some()
         ));
-        let kick = match fd {
-            Some(f) => Some(Arc::new(
-                EventFd::from_fd(OwnedFd::from(f)).map_err(|_| VuError::InvalidParam)?,
-            )),
-            None => None,
-        };
+        let kick = self.eventfd(index, "kick", fd)?;
         let v = self.vring(index as u32)?;
         v.kick = kick;
         v.started = true;
-        self.install();
-        Ok(())
+        self.install_or_refuse()
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
@@ -422,15 +461,9 @@ impl VhostUserBackendReqHandlerMut for Device {
             "set_vring_call index {index} fd {}",
             fd.is_some()
         ));
-        let call = match fd {
-            Some(f) => Some(Arc::new(
-                EventFd::from_fd(OwnedFd::from(f)).map_err(|_| VuError::InvalidParam)?,
-            )),
-            None => None,
-        };
+        let call = self.eventfd(index, "call", fd)?;
         self.vring(index as u32)?.call = call;
-        self.install();
-        Ok(())
+        self.install_or_refuse()
     }
 
     fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
@@ -453,6 +486,13 @@ impl VhostUserBackendReqHandlerMut for Device {
 
     fn set_protocol_features(&mut self, features: u64) -> VuResult<()> {
         trace(format_args!("set_protocol_features {features:#x}"));
+        let offered = self.get_protocol_features()?.bits();
+        if features & !offered != 0 {
+            let extra = features & !offered;
+            return Err(self.refuse(format!(
+                "protocol features {extra:#x} were not offered (offered {offered:#x})"
+            )));
+        }
         self.protocol = features;
         Ok(())
     }
@@ -465,8 +505,7 @@ impl VhostUserBackendReqHandlerMut for Device {
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> VuResult<()> {
         trace(format_args!("set_vring_enable index {index} {enable}"));
         self.vring(index)?.enabled = enable;
-        self.install();
-        Ok(())
+        self.install_or_refuse()
     }
 
     fn get_config(
@@ -539,7 +578,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             invalid("memory region refused")
         })?;
         self.mem = Some(Arc::new(table));
-        self.install();
+        self.install_or_refuse()?;
         Ok(None)
     }
 
@@ -559,8 +598,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             invalid("no such memory region")
         })?;
         self.mem = Some(Arc::new(table));
-        self.install();
-        Ok(())
+        self.install_or_refuse()
     }
 
     fn set_device_state_fd(

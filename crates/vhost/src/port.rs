@@ -12,9 +12,9 @@ use std::sync::atomic::{
     AtomicBool, AtomicU64,
     Ordering::{Acquire, Relaxed},
 };
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vhost::vhost_user::BackendReqHandler;
 
@@ -56,6 +56,10 @@ pub struct VhostConfig {
     pub client: bool,
     pub mac: MacAddr,
     pub mtu: u16,
+    /// How long a frontend may take to send its first message after connecting, and any
+    /// message (and to read our reply) once it has started; past it the connection is closed
+    /// so that the next frontend can be served. 5 s (tests shorten it).
+    pub message_timeout: Duration,
 }
 
 impl VhostConfig {
@@ -66,6 +70,7 @@ impl VhostConfig {
             client: false,
             mac: MacAddr([2, 0x56, 0x48, 0, 0, 0]),
             mtu: 9000,
+            message_timeout: MESSAGE_TIMEOUT,
         }
     }
 
@@ -113,6 +118,8 @@ pub struct Shared {
     pub connects: AtomicU64,
     pub disconnects: AtomicU64,
     pub last_reason: Mutex<Option<String>>,
+    /// Bounds each request of the connection being served.
+    dog: Watchdog,
 }
 
 impl Shared {
@@ -133,6 +140,7 @@ pub struct VhostPort {
     cfg: VhostConfig,
     shared: Arc<Shared>,
     control: Option<JoinHandle<()>>,
+    watchdog: Option<JoinHandle<()>>,
     rx_cells: Vec<Option<Arc<StatsCell>>>,
     tx_cells: Vec<Option<Arc<StatsCell>>>,
 }
@@ -149,6 +157,7 @@ impl VhostPort {
             connects: AtomicU64::new(0),
             disconnects: AtomicU64::new(0),
             last_reason: Mutex::new(None),
+            dog: Watchdog::default(),
         });
         let listener = if cfg.client {
             None
@@ -169,12 +178,28 @@ impl VhostPort {
                 .spawn(move || control_thread(&shared, &cfg, listener))
                 .map_err(VhostError::Thread)?
         };
+        let watchdog = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("vhost-{name}-dog"))
+                .spawn(move || shared.dog.run(&shared.stop))
+        };
+        let watchdog = match watchdog {
+            Ok(w) => w,
+            Err(e) => {
+                // Relaxed: the join orders it.
+                shared.stop.store(true, Relaxed);
+                let _ = control.join();
+                return Err(VhostError::Thread(e));
+            }
+        };
         let q = cfg.queues as usize;
         Ok(VhostPort {
             name: name.to_string(),
             cfg,
             shared,
             control: Some(control),
+            watchdog: Some(watchdog),
             rx_cells: vec![None; q],
             tx_cells: vec![None; q],
         })
@@ -193,13 +218,33 @@ impl VhostPort {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
-    /// Chains and rings the guest got wrong, over every queue.
+    /// Chains the guest got wrong (each refused and returned unused), over every queue.
     pub fn bad_chains(&self) -> u64 {
         self.shared
             .slots
             .iter()
             .map(|s| s.bad_chains.load(Relaxed))
             .sum()
+    }
+
+    /// Times a queue found its ring broken (avail.idx moved by more than the queue size) and
+    /// stopped using it until the control thread installs a ring again, over every queue.
+    pub fn broken_rings(&self) -> u64 {
+        self.shared
+            .slots
+            .iter()
+            .map(|s| s.broken.load(Relaxed))
+            .sum()
+    }
+
+    /// Serves one frontend on `stream` exactly as the control thread serves a connection
+    /// (a fresh [`Device`], every request through rust-vmm's handler, the port's rings taken
+    /// away and the link down when it ends) and returns why it ended, also left in
+    /// [`VhostPort::last_reason`]. For fuzzing and tests that hold both ends of a socket pair:
+    /// do not use it while the port's own socket has a frontend.
+    pub fn serve_stream(&self, stream: UnixStream) -> String {
+        serve(&self.shared, &self.cfg, stream);
+        self.last_reason().unwrap_or_default()
     }
 
     /// Why the last refused chain (of any queue) was refused.
@@ -249,7 +294,11 @@ impl Drop for VhostPort {
         // Relaxed: the join below orders everything after it; the thread only needs to see
         // the flag eventually (it looks every TICK).
         self.shared.stop.store(true, Relaxed);
+        self.shared.dog.cv.notify_all();
         if let Some(t) = self.control.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.watchdog.take() {
             let _ = t.join();
         }
         if !self.cfg.client {
@@ -308,9 +357,8 @@ impl Port for VhostPort {
 
 /// How often the control thread looks at its stop flag while it waits.
 const TICK: Duration = Duration::from_millis(50);
-/// A message that starts arriving must arrive whole within this (a frontend that sends half a
-/// message and stops would otherwise hold the control thread).
-const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default [`VhostConfig::message_timeout`].
+pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<UnixListener>) {
     while !shared.stop.load(Relaxed) {
@@ -392,11 +440,96 @@ fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
     let _ = poll(&mut fds, Some(TICK));
 }
 
-/// Serves one frontend until it leaves, breaks the protocol or the port stops.
+/// Bounds how long one request may hold the control thread. rust-vmm's handler reads a
+/// header until it has all 12 bytes and writes a reply until it is all sent, retrying on a
+/// socket timeout, so half a header, or a frontend that stops reading our replies, would block
+/// it for ever (and with it the port's stop and the next frontend). Past the deadline, or once
+/// the port stops, the watchdog shuts the socket down: the blocked call returns, with an error.
+/// One per port, on its own thread; it watches the connection being served.
+#[derive(Default)]
+struct Watchdog {
+    state: Mutex<Watch>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct Watch {
+    /// The connection being served (a clone of its socket), and the deadline of the request
+    /// in progress.
+    sock: Option<UnixStream>,
+    deadline: Option<Instant>,
+    fired: bool,
+}
+
+impl Watchdog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watch> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Watches `sock` from now on (until `detach`).
+    fn attach(&self, sock: UnixStream) {
+        *self.lock() = Watch {
+            sock: Some(sock),
+            ..Watch::default()
+        };
+    }
+
+    fn detach(&self) {
+        *self.lock() = Watch::default();
+    }
+
+    /// Sets the deadline of the request about to be handled. (No wake-up: the watchdog looks
+    /// every TICK, so it fires at most a TICK late, and a request costs no context switch.)
+    fn arm(&self, timeout: Duration) {
+        self.lock().deadline = Some(Instant::now() + timeout);
+    }
+
+    /// Whether it fired since it was armed.
+    fn disarm(&self) -> bool {
+        let mut w = self.lock();
+        w.deadline = None;
+        std::mem::take(&mut w.fired)
+    }
+
+    /// Until the port stops: shuts the watched socket down once its request's deadline has
+    /// passed (or the port stops while a request is in progress).
+    fn run(&self, stop: &AtomicBool) {
+        let mut w = self.lock();
+        loop {
+            // Relaxed: a flag looked at every TICK; the port's drop joins this thread.
+            let stopping = stop.load(Relaxed);
+            let now = Instant::now();
+            if let Some(d) = w.deadline {
+                if now >= d || stopping {
+                    w.fired = true;
+                    w.deadline = None;
+                    if let Some(s) = &w.sock {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+            }
+            if stopping {
+                return;
+            }
+            let wait = w
+                .deadline
+                .map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
+            w = self
+                .cv
+                .wait_timeout(w, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Serves one frontend until it leaves, breaks the protocol, says nothing for the message
+/// timeout after connecting, stalls inside a message, or the port stops.
 fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
-    let (Ok(()), Ok(()), Ok(watch)) = (
+    let (Ok(()), Ok(()), Ok(watch), Ok(cut)) = (
         stream.set_nonblocking(false),
-        stream.set_read_timeout(Some(MESSAGE_TIMEOUT)),
+        stream.set_read_timeout(None),
+        stream.try_clone(),
         stream.try_clone(),
     ) else {
         return;
@@ -404,33 +537,58 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     shared.connects.fetch_add(1, Relaxed);
     let device = Arc::new(Mutex::new(Device::new(shared.clone(), cfg.mac, cfg.mtu)));
     let mut handler = BackendReqHandler::from_stream(stream, device.clone());
+    let timeout = cfg.message_timeout;
+    let dog = &shared.dog;
+    dog.attach(cut);
+    let connected = Instant::now();
+    let mut heard = false;
     let why = loop {
         if shared.stop.load(Relaxed) {
             break "the port stopped".to_string();
         }
         let mut fds = [PollFd::readable(watch.as_fd())];
         match poll(&mut fds, Some(TICK)) {
+            Ok(0) if !heard && connected.elapsed() >= timeout => {
+                break format!("the frontend sent nothing within {timeout:?} of connecting");
+            }
             Ok(0) => continue,
             Ok(_) => {}
             Err(e) => break format!("poll: {e}"),
         }
+        heard = true;
+        dog.arm(timeout);
         match take_early_vring_enable(&watch, &device) {
-            Ok(true) => continue,
+            Ok(true) => {
+                dog.disarm();
+                continue;
+            }
             Ok(false) => {}
-            Err(why) => break why,
+            Err(why) => {
+                dog.disarm();
+                break why;
+            }
         }
-        if let Err(e) = handler.handle_request() {
-            let detail = device
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .last_error
-                .take();
-            break match detail {
-                Some(d) => format!("{e}: {d}"),
-                None => e.to_string(),
-            };
-        }
+        let r = handler.handle_request();
+        let fired = dog.disarm();
+        let detail = device
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_error
+            .take();
+        let Err(e) = r else { continue };
+        let e = match detail {
+            Some(d) => format!("{e}: {d}"),
+            None => e.to_string(),
+        };
+        break if shared.stop.load(Relaxed) {
+            "the port stopped".to_string()
+        } else if fired {
+            format!("a message (or our reply) took longer than {timeout:?}: {e}")
+        } else {
+            e
+        };
     };
+    dog.detach();
     crate::device::trace(format_args!("frontend dropped: {why}"));
     let _ = watch.shutdown(std::net::Shutdown::Both);
     device.lock().unwrap_or_else(|p| p.into_inner()).reset();

@@ -4,142 +4,21 @@
 //! ring got to, a message with a bad value closes the connection with a reason, and the next
 //! frontend is served.
 
+mod common;
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
 
-use memnic_ethdev::{Mbuf, Port, RxQueue};
+use common::*;
+use memnic_ethdev::Port;
 use memnic_shm::Region;
 use memnic_vhost::chain::ChainError;
 use memnic_vhost::split::{Desc, DESC_F_NEXT};
 use memnic_vhost::{VhostConfig, VhostPort};
-use vhost::vhost_user::message::{VhostUserHeaderFlag, VhostUserProtocolFeatures};
-use vhost::vhost_user::{Frontend, VhostUserFrontend};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use std::time::{Duration, Instant};
+use vhost::VhostBackend;
+use vhost::VhostUserMemoryRegionInfo;
 use vmm_sys_util::eventfd::EventFd;
-
-const UVA: u64 = 0x7000_0000_0000;
-const SIZE: usize = 1 << 20;
-const Q: u16 = 8;
-const DESC: u64 = 0;
-const AVAIL: u64 = 0x1000;
-const USED: u64 = 0x2000;
-const BUF: u64 = 0x10000;
-const VERSION_1: u64 = 1 << 32;
-const PROTOCOL_FEATURES: u64 = 1 << 30;
-/// virtio-net header bytes with VERSION_1.
-const HDR: usize = 12;
-
-struct Guest {
-    mem: Region,
-    fd: File,
-}
-
-impl Guest {
-    fn new() -> Guest {
-        let mem = Region::memfd("fe-guest", SIZE, false).unwrap();
-        let fd = File::from(mem.fd().unwrap().try_clone_to_owned().unwrap());
-        Guest { mem, fd }
-    }
-    fn desc(&self, i: u16, d: Desc) {
-        self.mem
-            .write_bytes((DESC + 16 * i as u64) as usize, &d.to_bytes())
-            .unwrap();
-    }
-    /// Makes chain `head` available as entry `idx` and publishes avail.idx = idx + 1.
-    fn offer(&self, idx: u16, head: u16) {
-        let at = AVAIL as usize + 4 + 2 * (idx % Q) as usize;
-        self.mem
-            .u16(at)
-            .store(head, std::sync::atomic::Ordering::Relaxed);
-        self.set_avail_idx(idx.wrapping_add(1));
-    }
-    fn set_avail_idx(&self, v: u16) {
-        self.mem
-            .u16(AVAIL as usize + 2)
-            .store(v, std::sync::atomic::Ordering::Release);
-    }
-    fn used_idx(&self) -> u16 {
-        self.mem
-            .u16(USED as usize + 2)
-            .load(std::sync::atomic::Ordering::Acquire)
-    }
-    /// A tx frame at `BUF + slot * 0x1000`: a zero header, then `len` bytes of `fill`.
-    fn frame(&self, slot: u64, len: usize, fill: u8) -> (u64, u32) {
-        let at = BUF + slot * 0x1000;
-        let mut b = vec![0u8; HDR + len];
-        b[HDR..].fill(fill);
-        self.mem.write_bytes(at as usize, &b).unwrap();
-        (at, (HDR + len) as u32)
-    }
-}
-
-/// A frontend that sets up the guest's tx virtqueue (index 1) over `g`'s memory. With
-/// `reply_ack`, PROTOCOL_FEATURES and REPLY_ACK are negotiated (every request waits for our
-/// answer, as QEMU's SET_MEM_TABLE does) and the ring is enabled explicitly; without, the ring
-/// runs as soon as it starts and requests are not acknowledged.
-fn frontend(path: &str, g: &Guest, kick: &EventFd, reply_ack: bool) -> Frontend {
-    let mut f = Frontend::connect(path, 2).unwrap();
-    f.set_owner().unwrap();
-    assert!(f.get_features().unwrap() & VERSION_1 != 0);
-    if reply_ack {
-        f.set_features(VERSION_1 | PROTOCOL_FEATURES).unwrap();
-        let p = f.get_protocol_features().unwrap();
-        assert!(p.contains(VhostUserProtocolFeatures::REPLY_ACK));
-        f.set_protocol_features(VhostUserProtocolFeatures::REPLY_ACK)
-            .unwrap();
-        f.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
-    } else {
-        f.set_features(VERSION_1).unwrap();
-    }
-    f.set_mem_table(&[VhostUserMemoryRegionInfo {
-        guest_phys_addr: 0,
-        memory_size: SIZE as u64,
-        userspace_addr: UVA,
-        mmap_offset: 0,
-        mmap_handle: g.fd.as_raw_fd(),
-    }])
-    .unwrap();
-    f.set_vring_num(1, Q).unwrap();
-    f.set_vring_addr(
-        1,
-        &VringConfigData {
-            queue_max_size: Q,
-            queue_size: Q,
-            flags: 0,
-            desc_table_addr: UVA + DESC,
-            used_ring_addr: UVA + USED,
-            avail_ring_addr: UVA + AVAIL,
-            log_addr: None,
-        },
-    )
-    .unwrap();
-    f.set_vring_base(1, 0).unwrap();
-    f.set_vring_kick(1, kick).unwrap();
-    if reply_ack {
-        f.set_vring_enable(1, true).unwrap();
-    }
-    f
-}
-
-fn d(addr: u64, len: u32, flags: u16, next: u16) -> Desc {
-    Desc {
-        addr,
-        len,
-        flags,
-        next,
-    }
-}
-
-/// Polls `rxq` until `until` holds (or 5 s pass).
-fn poll(rxq: &mut dyn RxQueue, got: &mut Vec<Mbuf>, what: &str, until: impl Fn(&[Mbuf]) -> bool) {
-    let end = Instant::now() + Duration::from_secs(5);
-    while !until(got) {
-        assert!(Instant::now() < end, "{what}: not within 5 s");
-        rxq.rx_burst(got, 32);
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 #[test]
 fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
@@ -320,8 +199,12 @@ fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
     assert_eq!(f.get_vring_base(1).unwrap(), 3);
 
     // The driver's new ring: zeroed, from index 0; kick, then call, with no burst between.
-    g.mem.write_bytes(AVAIL as usize, &[0u8; 0x1000]).unwrap();
-    g.mem.write_bytes(USED as usize, &[0u8; 0x1000]).unwrap();
+    g.mem
+        .write_bytes(TXQ.avail as usize, &[0u8; 0x1000])
+        .unwrap();
+    g.mem
+        .write_bytes(TXQ.used as usize, &[0u8; 0x1000])
+        .unwrap();
     f.set_vring_num(1, Q).unwrap();
     f.set_vring_base(1, 0).unwrap();
     f.set_vring_kick(1, &kick).unwrap();
@@ -379,7 +262,7 @@ fn set_vring_enable_before_set_features_is_accepted_and_acknowledged() {
     let (req, _, features) = reply(&mut s);
     assert_eq!(req, 1);
     assert!(features & PROTOCOL_FEATURES != 0);
-    let reply_ack = VhostUserProtocolFeatures::REPLY_ACK.bits();
+    let reply_ack = vhost::vhost_user::message::VhostUserProtocolFeatures::REPLY_ACK.bits();
     s.write_all(&msg(16, V1, &reply_ack.to_le_bytes())).unwrap();
     let mut state = 1u32.to_le_bytes().to_vec();
     state.extend_from_slice(&1u32.to_le_bytes());

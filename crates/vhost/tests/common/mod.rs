@@ -1,0 +1,262 @@
+//! What the frontend tests share: a guest whose memory is a memfd the test writes as a hostile
+//! guest would (rings at fixed places, frames), a rust-vmm `Frontend` that sets up rings over
+//! it, a port on a socket in a fresh directory, and polling with a deadline.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::time::{Duration, Instant};
+
+use memnic_ethdev::{Mbuf, RxQueue};
+use memnic_shm::Region;
+use memnic_vhost::split::Desc;
+use memnic_vhost::{VhostConfig, VhostPort};
+use vhost::vhost_user::message::{VhostUserHeaderFlag, VhostUserProtocolFeatures};
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vmm_sys_util::eventfd::EventFd;
+
+/// The frontend's virtual address of guest-physical 0.
+pub const UVA: u64 = 0x7000_0000_0000;
+pub const SIZE: usize = 1 << 20;
+pub const Q: u16 = 8;
+pub const BUF: u64 = 0x10000;
+pub const VERSION_1: u64 = 1 << 32;
+pub const PROTOCOL_FEATURES: u64 = 1 << 30;
+pub const MRG_RXBUF: u64 = 1 << 15;
+/// virtio-net header bytes with VERSION_1.
+pub const HDR: usize = 12;
+
+/// Where a virtqueue's three areas are (guest-physical; the frontend adds `UVA`).
+#[derive(Debug, Clone, Copy)]
+pub struct Vq {
+    pub index: u32,
+    pub desc: u64,
+    pub avail: u64,
+    pub used: u64,
+}
+
+/// The guest's tx virtqueue (virtio index 1): our rx queue.
+pub const TXQ: Vq = Vq {
+    index: 1,
+    desc: 0,
+    avail: 0x1000,
+    used: 0x2000,
+};
+/// The guest's rx virtqueue (virtio index 0): our tx queue.
+pub const RXQ: Vq = Vq {
+    index: 0,
+    desc: 0x4000,
+    avail: 0x5000,
+    used: 0x6000,
+};
+
+pub struct Guest {
+    pub mem: Region,
+    pub fd: File,
+}
+
+impl Guest {
+    pub fn new() -> Guest {
+        let mem = Region::memfd("fe-guest", SIZE, false).unwrap();
+        let fd = File::from(mem.fd().unwrap().try_clone_to_owned().unwrap());
+        Guest { mem, fd }
+    }
+    pub fn desc(&self, i: u16, d: Desc) {
+        self.desc_in(TXQ, i, d)
+    }
+    pub fn desc_in(&self, vq: Vq, i: u16, d: Desc) {
+        self.mem
+            .write_bytes((vq.desc + 16 * i as u64) as usize, &d.to_bytes())
+            .unwrap();
+    }
+    /// Makes chain `head` available as entry `idx` and publishes avail.idx = idx + 1.
+    pub fn offer(&self, idx: u16, head: u16) {
+        self.offer_in(TXQ, idx, head)
+    }
+    pub fn offer_in(&self, vq: Vq, idx: u16, head: u16) {
+        let at = vq.avail as usize + 4 + 2 * (idx % Q) as usize;
+        self.mem.u16(at).store(head, Relaxed);
+        self.set_avail_idx_in(vq, idx.wrapping_add(1));
+    }
+    pub fn set_avail_idx(&self, v: u16) {
+        self.set_avail_idx_in(TXQ, v)
+    }
+    pub fn set_avail_idx_in(&self, vq: Vq, v: u16) {
+        self.mem.u16(vq.avail as usize + 2).store(v, Release);
+    }
+    pub fn used_idx(&self) -> u16 {
+        self.used_idx_in(TXQ)
+    }
+    pub fn used_idx_in(&self, vq: Vq) -> u16 {
+        self.mem.u16(vq.used as usize + 2).load(Acquire)
+    }
+    /// Used element `i` (mod Q): (chain head, bytes written).
+    pub fn used_elem_in(&self, vq: Vq, i: u16) -> (u32, u32) {
+        let at = vq.used as usize + 4 + 8 * (i % Q) as usize;
+        (
+            self.mem.u32(at).load(Relaxed),
+            self.mem.u32(at + 4).load(Relaxed),
+        )
+    }
+    /// A tx frame at `BUF + slot * 0x1000`: a zero header, then `len` bytes of `fill`.
+    pub fn frame(&self, slot: u64, len: usize, fill: u8) -> (u64, u32) {
+        let at = BUF + slot * 0x1000;
+        let mut b = vec![0u8; HDR + len];
+        b[HDR..].fill(fill);
+        self.mem.write_bytes(at as usize, &b).unwrap();
+        (at, (HDR + len) as u32)
+    }
+}
+
+impl Default for Guest {
+    fn default() -> Self {
+        Guest::new()
+    }
+}
+
+/// How [`connect`] sets a frontend up.
+pub struct Setup {
+    /// PROTOCOL_FEATURES and REPLY_ACK negotiated (every request waits for our answer) and
+    /// the rings enabled explicitly; without, rings run as soon as they start.
+    pub reply_ack: bool,
+    /// Virtio features beside VERSION_1 (and PROTOCOL_FEATURES with `reply_ack`).
+    pub features: u64,
+    pub vqs: Vec<Vq>,
+    pub base: u16,
+}
+
+/// A frontend that sets up the guest's tx virtqueue over `g`'s memory (see [`Setup`]).
+pub fn frontend(path: &str, g: &Guest, kick: &EventFd, reply_ack: bool) -> Frontend {
+    connect(
+        path,
+        g,
+        kick,
+        &Setup {
+            reply_ack,
+            features: 0,
+            vqs: vec![TXQ],
+            base: 0,
+        },
+    )
+}
+
+pub fn connect(path: &str, g: &Guest, kick: &EventFd, s: &Setup) -> Frontend {
+    let mut f = Frontend::connect(path, 2).unwrap();
+    f.set_owner().unwrap();
+    assert!(f.get_features().unwrap() & VERSION_1 != 0);
+    if s.reply_ack {
+        f.set_features(VERSION_1 | PROTOCOL_FEATURES | s.features)
+            .unwrap();
+        let p = f.get_protocol_features().unwrap();
+        assert!(p.contains(VhostUserProtocolFeatures::REPLY_ACK));
+        f.set_protocol_features(VhostUserProtocolFeatures::REPLY_ACK)
+            .unwrap();
+        f.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+    } else {
+        f.set_features(VERSION_1 | s.features).unwrap();
+    }
+    f.set_mem_table(&[VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0,
+        memory_size: SIZE as u64,
+        userspace_addr: UVA,
+        mmap_offset: 0,
+        mmap_handle: g.fd.as_raw_fd(),
+    }])
+    .unwrap();
+    for vq in &s.vqs {
+        let i = vq.index as usize;
+        f.set_vring_num(i, Q).unwrap();
+        f.set_vring_addr(
+            i,
+            &VringConfigData {
+                queue_max_size: Q,
+                queue_size: Q,
+                flags: 0,
+                desc_table_addr: UVA + vq.desc,
+                used_ring_addr: UVA + vq.used,
+                avail_ring_addr: UVA + vq.avail,
+                log_addr: None,
+            },
+        )
+        .unwrap();
+        f.set_vring_base(i, s.base).unwrap();
+        f.set_vring_kick(i, kick).unwrap();
+        if s.reply_ack {
+            f.set_vring_enable(i, true).unwrap();
+        }
+    }
+    f
+}
+
+pub fn d(addr: u64, len: u32, flags: u16, next: u16) -> Desc {
+    Desc {
+        addr,
+        len,
+        flags,
+        next,
+    }
+}
+
+/// Waits until `cond` holds, failing the test after 5 s.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < end, "{what}: not within 5 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Polls `rxq` until `until` holds (or 5 s pass).
+pub fn poll(
+    rxq: &mut dyn RxQueue,
+    got: &mut Vec<Mbuf>,
+    what: &str,
+    until: impl Fn(&[Mbuf]) -> bool,
+) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !until(got) {
+        assert!(Instant::now() < end, "{what}: not within 5 s");
+        rxq.rx_burst(got, 32);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A port listening on a socket in a fresh directory (removed on drop, after the port).
+pub struct TestPort {
+    pub port: VhostPort,
+    pub path: String,
+    dir: PathBuf,
+}
+
+impl TestPort {
+    pub fn new(tag: &str, cfg: impl FnOnce(&mut VhostConfig)) -> TestPort {
+        let dir = std::env::temp_dir().join(format!("memnic-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("vhost.sock").display().to_string();
+        let mut c = VhostConfig::new(&path);
+        cfg(&mut c);
+        let port = VhostPort::new("vhost0", c).unwrap();
+        TestPort { port, path, dir }
+    }
+
+    /// Waits until the port has lost `n` frontends in all; returns why the last went.
+    pub fn wait_disconnects(&self, n: u64) -> String {
+        wait_until(&format!("disconnect #{n}"), || self.port.disconnects() >= n);
+        assert_eq!(
+            self.port.disconnects(),
+            n,
+            "more frontends lost than expected"
+        );
+        self.port.last_reason().expect("a reason is logged")
+    }
+}
+
+impl Drop for TestPort {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

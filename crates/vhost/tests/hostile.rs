@@ -1,0 +1,901 @@
+//! An untrusted frontend and an untrusted guest, end to end: raw vhost-user messages written on
+//! the socket by hand (wrong sizes, unknown codes, missing and extra fds, bad memory tables,
+//! bad ring set-ups, silence, a message cut off), and rings the guest writes badly. Every case
+//! has its defined outcome (the connection closed with the reason logged, a chain counted and
+//! returned, a ring counted broken and left alone, a frame that waits), and after every case
+//! the process is still here and the next frontend is served: a well-behaved rust-vmm
+//! `Frontend` connects and moves a frame.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use common::*;
+use memnic_ethdev::{Mbuf, Port, RxQueue};
+use memnic_shm::Region;
+use memnic_vhost::chain::ChainError;
+use memnic_vhost::split::{DESC_F_NEXT, DESC_F_WRITE};
+use vhost::VhostBackend;
+use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+
+// Request codes (vhost-user spec).
+const GET_FEATURES: u32 = 1;
+const SET_FEATURES: u32 = 2;
+const SET_OWNER: u32 = 3;
+const SET_MEM_TABLE: u32 = 5;
+const SET_LOG_BASE: u32 = 6;
+const SET_LOG_FD: u32 = 7;
+const SET_VRING_NUM: u32 = 8;
+const SET_VRING_ADDR: u32 = 9;
+const SET_VRING_BASE: u32 = 10;
+const GET_VRING_BASE: u32 = 11;
+const SET_VRING_KICK: u32 = 12;
+const SET_VRING_CALL: u32 = 13;
+const GET_PROTOCOL_FEATURES: u32 = 15;
+const SET_PROTOCOL_FEATURES: u32 = 16;
+const SET_VRING_ENABLE: u32 = 18;
+const ADD_MEM_REG: u32 = 37;
+/// Header flags: version 1, NEED_REPLY.
+const V1: u32 = 0x1;
+const NEED_REPLY: u32 = 0x8;
+/// SET_VRING_KICK/CALL payload bit: no fd.
+const NO_FD: u64 = 0x100;
+/// Protocol features.
+const P_REPLY_ACK: u64 = 1 << 3;
+const P_LOG_SHMFD: u64 = 1 << 1;
+const P_CONFIGURE_MEM_SLOTS: u64 = 1 << 15;
+
+/// A frontend that writes raw messages.
+struct Raw {
+    s: UnixStream,
+}
+
+impl Raw {
+    fn connect(path: &str) -> Raw {
+        let s = UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        Raw { s }
+    }
+    fn header(code: u32, flags: u32, size: u32) -> Vec<u8> {
+        let mut b = Vec::with_capacity(12);
+        b.extend_from_slice(&code.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&size.to_le_bytes());
+        b
+    }
+    /// Header (with the size field given) and payload in one write, the fds beside them.
+    fn msg(&self, code: u32, flags: u32, size: u32, payload: &[u8], fds: &[RawFd]) {
+        let mut b = Raw::header(code, flags, size);
+        b.extend_from_slice(payload);
+        if fds.is_empty() {
+            (&self.s).write_all(&b).unwrap();
+        } else {
+            assert_eq!(self.s.send_with_fds(&[&b[..]], fds).unwrap(), b.len());
+        }
+    }
+    /// A well-formed request (version 1, the size its payload's).
+    fn send(&self, code: u32, payload: &[u8], fds: &[RawFd]) {
+        self.msg(code, V1, payload.len() as u32, payload, fds)
+    }
+    fn reply(&mut self) -> Vec<u8> {
+        let mut h = [0u8; 12];
+        self.s.read_exact(&mut h).unwrap();
+        let size = u32::from_le_bytes(h[8..12].try_into().unwrap());
+        let mut b = vec![0u8; size as usize];
+        self.s.read_exact(&mut b).unwrap();
+        b
+    }
+    fn reply_u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.reply().try_into().unwrap())
+    }
+    /// Whether the backend closed the connection (replies still queued are skipped).
+    fn closed(&mut self) -> bool {
+        let mut b = [0u8; 256];
+        loop {
+            match self.s.read(&mut b) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+    /// SET_OWNER, GET_FEATURES, SET_FEATURES(VERSION_1 | extra): no REPLY_ACK.
+    fn hello(&mut self, extra: u64) {
+        self.send(SET_OWNER, &[], &[]);
+        self.send(GET_FEATURES, &[], &[]);
+        assert!(self.reply_u64() & VERSION_1 != 0);
+        self.send(SET_FEATURES, &u64p(VERSION_1 | extra), &[]);
+    }
+    /// hello with PROTOCOL_FEATURES, then SET_PROTOCOL_FEATURES(`proto`).
+    fn hello_protocol(&mut self, proto: u64) {
+        self.hello(PROTOCOL_FEATURES);
+        self.send(GET_PROTOCOL_FEATURES, &[], &[]);
+        let _ = self.reply_u64();
+        self.send(SET_PROTOCOL_FEATURES, &u64p(proto), &[]);
+    }
+    /// The guest's memory as one region at guest-physical 0, frontend address UVA.
+    fn mem(&self, g: &Guest) {
+        self.send(
+            SET_MEM_TABLE,
+            &memtable(1, &[(0, SIZE as u64, UVA, 0)]),
+            &[g.fd.as_raw_fd()],
+        );
+    }
+}
+
+fn u64p(v: u64) -> Vec<u8> {
+    v.to_le_bytes().to_vec()
+}
+fn state(index: u32, num: u32) -> Vec<u8> {
+    let mut b = index.to_le_bytes().to_vec();
+    b.extend_from_slice(&num.to_le_bytes());
+    b
+}
+/// VhostUserVringAddr: index, flags, desc, used, avail, log.
+fn addr(index: u32, desc: u64, used: u64, avail: u64) -> Vec<u8> {
+    let mut b = index.to_le_bytes().to_vec();
+    b.extend_from_slice(&0u32.to_le_bytes());
+    for v in [desc, used, avail, 0] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+fn region(b: &mut Vec<u8>, (gpa, size, uva, off): (u64, u64, u64, u64)) {
+    for v in [gpa, size, uva, off] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+}
+/// VhostUserMemory saying `num` regions, then the regions given.
+fn memtable(num: u32, regions: &[(u64, u64, u64, u64)]) -> Vec<u8> {
+    let mut b = num.to_le_bytes().to_vec();
+    b.extend_from_slice(&0u32.to_le_bytes());
+    for r in regions {
+        region(&mut b, *r);
+    }
+    b
+}
+/// VhostUserSingleMemoryRegion (ADD_MEM_REG).
+fn single(r: (u64, u64, u64, u64)) -> Vec<u8> {
+    let mut b = 0u64.to_le_bytes().to_vec();
+    region(&mut b, r);
+    b
+}
+
+/// The port under test, its rx queue (the guest's tx virtqueue) and the frontends it has lost.
+struct Bench {
+    tp: TestPort,
+    rxq: Box<dyn RxQueue>,
+    got: Vec<Mbuf>,
+    lost: u64,
+    kick: EventFd,
+    _pool: memnic_ethdev::Mempool,
+}
+
+impl Bench {
+    fn new(tag: &str, timeout: Duration) -> Bench {
+        let mut tp = TestPort::new(tag, |c| c.message_timeout = timeout);
+        let pool = memnic_test_support::pool(tag, 256, 2048);
+        let rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+        Bench {
+            tp,
+            rxq,
+            got: Vec::new(),
+            lost: 0,
+            kick: EventFd::new(0).unwrap(),
+            _pool: pool,
+        }
+    }
+
+    /// The connection `raw` went through ends: closed by the port, with a reason containing
+    /// `want`, the link down; then the next frontend is served.
+    fn refused(&mut self, case: &str, mut raw: Raw, want: &str) {
+        self.lost += 1;
+        let why = self.tp.wait_disconnects(self.lost);
+        assert!(
+            why.contains(want),
+            "{case}: reason {why:?} does not say {want:?}"
+        );
+        assert!(raw.closed(), "{case}: the connection is closed");
+        assert!(!self.tp.port.link().up, "{case}: link down");
+        self.next_is_served(case);
+    }
+
+    /// A well-behaved frontend connects, a frame goes through, it leaves.
+    fn next_is_served(&mut self, case: &str) {
+        let g = Guest::new();
+        let f = frontend(&self.tp.path, &g, &self.kick, false);
+        let (a, l) = g.frame(0, 60, 0x77);
+        g.desc(0, d(a, l, 0, 0));
+        g.offer(0, 0);
+        let n = self.got.len();
+        poll(&mut *self.rxq, &mut self.got, case, |v| v.len() == n + 1);
+        assert_eq!(self.got[n].to_vec(), vec![0x77; 60], "{case}");
+        drop(f);
+        self.lost += 1;
+        let why = self.tp.wait_disconnects(self.lost);
+        assert!(why.contains("peer disconnected"), "{case}: then {why:?}");
+    }
+}
+
+type Case = (&'static str, &'static str, Box<dyn Fn(&mut Raw, &Guest)>);
+
+fn run_cases(tag: &str, cases: Vec<Case>) {
+    let mut b = Bench::new(tag, Duration::from_secs(5));
+    let g = Guest::new();
+    for (name, want, send) in cases {
+        let mut raw = Raw::connect(&b.tp.path);
+        send(&mut raw, &g);
+        b.refused(name, raw, want);
+    }
+    assert_eq!(b.tp.port.connects(), b.lost);
+}
+
+#[test]
+fn malformed_messages_close_the_connection_with_a_reason_and_the_next_frontend_is_served() {
+    let inval = "invalid message";
+    let cases: Vec<Case> = vec![
+        (
+            "payload shorter than the request's struct",
+            inval,
+            Box::new(|r, _| r.send(SET_FEATURES, &[0; 4], &[])),
+        ),
+        (
+            "payload longer than the request's struct",
+            inval,
+            Box::new(|r, _| r.send(SET_VRING_NUM, &[0; 12], &[])),
+        ),
+        (
+            "a payload on a request that takes none",
+            inval,
+            Box::new(|r, _| r.send(GET_FEATURES, &[0; 8], &[])),
+        ),
+        (
+            "size field larger than the bytes sent",
+            inval,
+            Box::new(|r, _| {
+                r.hello(0);
+                r.msg(SET_VRING_NUM, V1, 8, &[1, 0, 0, 0], &[]);
+            }),
+        ),
+        (
+            "size field past the largest message",
+            inval,
+            Box::new(|r, _| r.msg(SET_MEM_TABLE, V1, 0x1001, &[0; 64], &[])),
+        ),
+        (
+            "an unknown request code",
+            inval,
+            Box::new(|r, _| r.send(999, &[], &[])),
+        ),
+        (
+            "request code 0",
+            inval,
+            Box::new(|r, _| r.send(0, &[], &[])),
+        ),
+        (
+            "a request code we do not handle (SET_LOG_FD)",
+            inval,
+            Box::new(|r, _| r.send(SET_LOG_FD, &u64p(0), &[])),
+        ),
+        (
+            "a request whose protocol feature was not negotiated (SET_LOG_BASE)",
+            "inactive protocol operation",
+            Box::new(|r, _| r.send(SET_LOG_BASE, &[0; 16], &[])),
+        ),
+        (
+            "version 0",
+            inval,
+            Box::new(|r, _| r.msg(GET_FEATURES, 0, 0, &[], &[])),
+        ),
+        (
+            "the reply flag on a request",
+            inval,
+            Box::new(|r, _| r.msg(GET_FEATURES, V1 | 0x4, 0, &[], &[])),
+        ),
+        (
+            "reserved flag bits",
+            inval,
+            Box::new(|r, _| r.msg(GET_FEATURES, V1 | 0x100, 0, &[], &[])),
+        ),
+        (
+            "features not offered",
+            "were not offered",
+            Box::new(|r, _| r.send(SET_FEATURES, &u64p(VERSION_1 | 1), &[])),
+        ),
+        (
+            "protocol features not offered",
+            "protocol features 0x2 were not offered",
+            Box::new(|r, _| r.hello_protocol(P_REPLY_ACK | P_LOG_SHMFD)),
+        ),
+        (
+            "SET_MEM_TABLE without its fd",
+            inval,
+            Box::new(|r, _| {
+                r.hello(0);
+                r.send(SET_MEM_TABLE, &memtable(1, &[(0, 4096, UVA, 0)]), &[]);
+            }),
+        ),
+        (
+            "SET_VRING_KICK without its fd (and without the no-fd bit)",
+            inval,
+            Box::new(|r, _| {
+                r.hello(0);
+                r.send(SET_VRING_KICK, &u64p(1), &[]);
+            }),
+        ),
+        (
+            "SET_VRING_KICK with two fds",
+            inval,
+            Box::new(|r, _| {
+                let e = EventFd::new(0).unwrap();
+                r.hello(0);
+                r.send(SET_VRING_KICK, &u64p(1), &[e.as_raw_fd(), e.as_raw_fd()]);
+            }),
+        ),
+        (
+            "SET_VRING_KICK with an fd and the no-fd bit",
+            inval,
+            Box::new(|r, _| {
+                let e = EventFd::new(0).unwrap();
+                r.hello(0);
+                r.send(SET_VRING_KICK, &u64p(1 | NO_FD), &[e.as_raw_fd()]);
+            }),
+        ),
+        (
+            "a kick fd that is not an eventfd (a pipe)",
+            "the kick fd",
+            Box::new(|r, _| {
+                let (_rd, wr) = std::io::pipe().unwrap();
+                r.hello(0);
+                r.send(SET_VRING_KICK, &u64p(1), &[wr.as_raw_fd()]);
+            }),
+        ),
+        (
+            "a call fd that is not an eventfd (a memfd)",
+            "the call fd",
+            Box::new(|r, g| {
+                r.hello(0);
+                r.send(SET_VRING_CALL, &u64p(0), &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "closed after half a header",
+            "partial message",
+            Box::new(|r, _| {
+                (&r.s)
+                    .write_all(&Raw::header(GET_FEATURES, V1, 0)[..6])
+                    .unwrap();
+                r.s.shutdown(std::net::Shutdown::Write).unwrap();
+            }),
+        ),
+        (
+            "closed after a header whose payload never came",
+            inval,
+            Box::new(|r, _| {
+                r.hello(0);
+                r.msg(SET_VRING_NUM, V1, 8, &[], &[]);
+                r.s.shutdown(std::net::Shutdown::Write).unwrap();
+            }),
+        ),
+    ];
+    run_cases("hostile-msg", cases);
+}
+
+/// A request that takes no fds is refused with them, and the fds are closed (not leaked):
+/// the read end of a pipe whose write end we sent sees end of file once the port let go.
+#[test]
+fn fds_on_a_request_that_takes_none_are_refused_and_closed() {
+    let mut b = Bench::new("hostile-fds", Duration::from_secs(5));
+    let (mut rd, wr) = std::io::pipe().unwrap();
+    let raw = Raw::connect(&b.tp.path);
+    raw.send(GET_FEATURES, &[], &[wr.as_raw_fd()]);
+    drop(wr);
+    b.refused("an fd on GET_FEATURES", raw, "invalid message");
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        rd.read(&mut buf).unwrap(),
+        0,
+        "the port closed the fd it was sent"
+    );
+}
+
+#[test]
+fn bad_memory_tables_are_refused_and_the_next_frontend_is_served() {
+    const S: u64 = SIZE as u64;
+    let cases: Vec<Case> = vec![
+        (
+            "more regions than the message may carry (33)",
+            "invalid message",
+            Box::new(|r, g| {
+                r.hello(0);
+                let regions: Vec<_> = (0..33).map(|i| (i * S, S, UVA + i * S, 0)).collect();
+                r.send(SET_MEM_TABLE, &memtable(33, &regions), &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "two regions sent, one announced",
+            "invalid message",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(0, S, UVA, 0), (S, S, UVA + S, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "two regions announced, one sent",
+            "invalid message",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(2, &[(0, S, UVA, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd(), g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "one region, two fds",
+            "invalid message",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(0, S, UVA, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd(), g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "a region of size 0",
+            "invalid message",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(0, 0, UVA, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "guest_phys_addr + size wraps",
+            "invalid message",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(u64::MAX - 0xfff, S, UVA, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "userspace_addr + size wraps",
+            "invalid message",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(0, S, u64::MAX - 0xfff, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "overlapping regions",
+            "overlap",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(2, &[(0, S, UVA, 0), (S / 2, S, UVA + S, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd(), g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "mmap_offset past the fd's size",
+            "fd is 1048576 bytes, but 2097152 bytes are needed",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(0, S, UVA, S)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "a region larger than its fd",
+            "memory region at guest address 0x0",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(0, 4 * S, UVA, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
+            "an fd that is not a memfd (a pipe)",
+            "memory region at guest address 0x0",
+            Box::new(|r, _| {
+                let (_rd, wr) = std::io::pipe().unwrap();
+                r.hello(0);
+                let t = memtable(1, &[(0, 4096, UVA, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[wr.as_raw_fd()]);
+            }),
+        ),
+        (
+            "ADD_MEM_REG past the slots announced",
+            "more than the 32 supported",
+            Box::new(|r, _| {
+                let m = Region::memfd("hostile-slot", 4096, false).unwrap();
+                let fd = m.fd().unwrap().as_raw_fd();
+                r.hello_protocol(P_REPLY_ACK | P_CONFIGURE_MEM_SLOTS);
+                for i in 0..33u64 {
+                    let at = i * 0x10000;
+                    let m = single((at, 4096, UVA + at, 0));
+                    r.msg(ADD_MEM_REG, V1 | NEED_REPLY, m.len() as u32, &m, &[fd]);
+                    let ack = r.reply_u64();
+                    assert_eq!(ack == 0, i < 32, "region {i}: ack {ack}");
+                }
+            }),
+        ),
+    ];
+    run_cases("hostile-mem", cases);
+}
+
+/// After hello and the memory table: ring 1 with the given size and addresses (guest-physical
+/// offsets from UVA), then base and kick.
+fn ring(r: &mut Raw, g: &Guest, num: u32, desc: u64, used: u64, avail: u64) {
+    r.hello(0);
+    r.mem(g);
+    r.send(SET_VRING_NUM, &state(1, num), &[]);
+    r.send(
+        SET_VRING_ADDR,
+        &addr(1, UVA + desc, UVA + used, UVA + avail),
+        &[],
+    );
+    r.send(SET_VRING_BASE, &state(1, 0), &[]);
+    r.send(SET_VRING_KICK, &u64p(1 | NO_FD), &[]);
+}
+
+#[test]
+fn bad_ring_set_ups_are_refused_and_the_next_frontend_is_served() {
+    const S: u64 = SIZE as u64;
+    let pow2 = "is not a power of two";
+    let cases: Vec<Case> = vec![
+        (
+            "SET_VRING_NUM 3",
+            pow2,
+            Box::new(|r, _| r.send(SET_VRING_NUM, &state(1, 3), &[])),
+        ),
+        (
+            "SET_VRING_NUM 0",
+            pow2,
+            Box::new(|r, _| r.send(SET_VRING_NUM, &state(1, 0), &[])),
+        ),
+        (
+            "SET_VRING_NUM 65536",
+            pow2,
+            Box::new(|r, _| r.send(SET_VRING_NUM, &state(1, 65536), &[])),
+        ),
+        (
+            "SET_VRING_NUM on ring 2 of 2",
+            "ring 2 does not exist",
+            Box::new(|r, _| r.send(SET_VRING_NUM, &state(2, 8), &[])),
+        ),
+        (
+            "SET_VRING_ADDR on ring 7",
+            "ring 7 does not exist",
+            Box::new(|r, _| {
+                r.send(
+                    SET_VRING_ADDR,
+                    &addr(7, UVA, UVA + 0x2000, UVA + 0x1000),
+                    &[],
+                )
+            }),
+        ),
+        (
+            "SET_VRING_BASE on ring 200",
+            "ring 200 does not exist",
+            Box::new(|r, _| r.send(SET_VRING_BASE, &state(200, 0), &[])),
+        ),
+        (
+            "GET_VRING_BASE on ring 2",
+            "ring 2 does not exist",
+            Box::new(|r, _| r.send(GET_VRING_BASE, &state(2, 0), &[])),
+        ),
+        (
+            "SET_VRING_KICK on ring 255",
+            "ring 255 does not exist",
+            Box::new(|r, _| r.send(SET_VRING_KICK, &u64p(255 | NO_FD), &[])),
+        ),
+        (
+            "SET_VRING_ENABLE on ring 5",
+            "ring 5 does not exist",
+            Box::new(|r, _| {
+                r.hello_protocol(P_REPLY_ACK);
+                r.send(SET_VRING_ENABLE, &state(5, 1), &[]);
+            }),
+        ),
+        (
+            "SET_VRING_BASE 65536",
+            "base 65536 does not fit",
+            Box::new(|r, _| r.send(SET_VRING_BASE, &state(1, 65536), &[])),
+        ),
+        (
+            "a descriptor table outside mapped memory",
+            "the descriptor area",
+            Box::new(|r, g| ring(r, g, 8, S, 0x2000, 0x1000)),
+        ),
+        (
+            "a used ring running off the end of memory",
+            "the used area",
+            Box::new(|r, g| ring(r, g, 8, 0, S - 16, 0x1000)),
+        ),
+        (
+            "an available ring in no region",
+            "the available area",
+            Box::new(|r, g| ring(r, g, 8, 0, 0x2000, 1 << 40)),
+        ),
+        (
+            "a queue size whose rings do not fit memory",
+            "the descriptor area",
+            Box::new(|r, g| ring(r, g, 32768, S - 0x10000, 0x2000, 0x1000)),
+        ),
+        (
+            "a misaligned descriptor table",
+            "invalid message",
+            Box::new(|r, g| ring(r, g, 8, 8, 0x2000, 0x1000)),
+        ),
+        (
+            "a misaligned used ring",
+            "invalid message",
+            Box::new(|r, g| ring(r, g, 8, 0, 0x2002, 0x1000)),
+        ),
+        (
+            "a new memory table that no longer holds the running ring",
+            "not inside one memory region",
+            Box::new(|r, g| {
+                ring(r, g, 8, 0, 0x2000, 0x1000);
+                let t = memtable(1, &[(S, S, UVA + S, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+            }),
+        ),
+    ];
+    run_cases("hostile-ring", cases);
+}
+
+/// SET_VRING_BASE 65535 (the largest split-ring base) is honoured: the ring starts there and
+/// its indices wrap to 0.
+#[test]
+fn the_largest_ring_base_is_honoured_and_wraps() {
+    let mut b = Bench::new("hostile-base", Duration::from_secs(5));
+    let g = Guest::new();
+    let s = Setup {
+        reply_ack: false,
+        features: 0,
+        vqs: vec![TXQ],
+        base: u16::MAX,
+    };
+    let f = connect(&b.tp.path, &g, &b.kick, &s);
+    for (k, idx) in [u16::MAX, 0].into_iter().enumerate() {
+        let (a, l) = g.frame(k as u64, 60, k as u8 + 1);
+        g.desc(k as u16, d(a, l, 0, 0));
+        g.offer(idx, k as u16);
+        poll(&mut *b.rxq, &mut b.got, "a frame", |v| v.len() == k + 1);
+        assert_eq!(b.got[k].to_vec(), vec![k as u8 + 1; 60]);
+        assert_eq!(g.used_idx(), idx.wrapping_add(1));
+    }
+    assert_eq!(f.get_vring_base(1).unwrap(), 1);
+    drop(f);
+    b.lost += 1;
+    b.tp.wait_disconnects(b.lost);
+}
+
+/// A frontend that connects and says nothing, one that stops inside a header, one that stops
+/// before its payload, and one that stops reading our replies: each is dropped after the
+/// message timeout, with the reason, and the next frontend is served. (On the old code the
+/// first and fourth held the control thread until they left, the second and fourth for ever,
+/// with the port unable even to stop.)
+#[test]
+fn a_silent_or_stalled_frontend_is_dropped_after_the_message_timeout() {
+    let mut b = Bench::new("hostile-slow", Duration::from_millis(500));
+    let silent = Raw::connect(&b.tp.path);
+    b.refused("a silent frontend", silent, "sent nothing within 500ms");
+
+    let half = Raw::connect(&b.tp.path);
+    half.send(SET_OWNER, &[], &[]);
+    (&half.s)
+        .write_all(&Raw::header(GET_FEATURES, V1, 0)[..7])
+        .unwrap();
+    b.refused("half a header", half, "took longer than 500ms");
+
+    let mut no_payload = Raw::connect(&b.tp.path);
+    no_payload.hello(0);
+    no_payload.msg(SET_VRING_NUM, V1, 8, &[], &[]);
+    b.refused(
+        "a payload that never comes",
+        no_payload,
+        "took longer than 500ms",
+    );
+
+    // Requests until the socket is full both ways: our replies pile up unread.
+    let deaf = Raw::connect(&b.tp.path);
+    deaf.s.set_nonblocking(true).unwrap();
+    let burst: Vec<u8> = (0..1000)
+        .flat_map(|_| Raw::header(GET_FEATURES, V1, 0))
+        .collect();
+    let mut sent = 0usize;
+    loop {
+        match (&deaf.s).write(&burst) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Full now; the port may still be draining it: once it stops, we are done.
+                std::thread::sleep(Duration::from_millis(20));
+                match (&deaf.s).write(&burst) {
+                    Ok(n) => sent += n,
+                    Err(_) => break,
+                }
+            }
+            Err(_) => break, // closed under us: it already timed out
+        }
+        assert!(
+            sent < 1 << 30,
+            "the port reads for ever without blocking on its replies"
+        );
+    }
+    deaf.s.set_nonblocking(false).unwrap();
+    b.refused(
+        "a frontend that does not read its replies",
+        deaf,
+        "took longer than 500ms",
+    );
+}
+
+/// The guest moves avail.idx by more than the queue size: the ring is counted broken and not
+/// walked (no chain is taken or returned), and stays dropped even once avail.idx is sane
+/// again, until the frontend sets the ring up again (GET_VRING_BASE, SET_VRING_BASE,
+/// SET_VRING_KICK), which resumes it where it stopped; a new frontend starts afresh.
+#[test]
+fn an_avail_index_jump_breaks_the_ring_until_it_is_set_up_again() {
+    let mut b = Bench::new("hostile-jump", Duration::from_secs(5));
+    let g = Guest::new();
+    let f = frontend(&b.tp.path, &g, &b.kick, false);
+    let (a, l) = g.frame(0, 60, 1);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    poll(&mut *b.rxq, &mut b.got, "a frame", |v| v.len() == 1);
+
+    g.set_avail_idx(1 + Q + 1);
+    for _ in 0..10 {
+        assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0);
+    }
+    assert_eq!(b.tp.port.broken_rings(), 1, "counted once, then left alone");
+    assert_eq!(b.rxq.stats().errors, 1);
+    assert_eq!(g.used_idx(), 1, "nothing walked or returned");
+    assert_eq!(b.tp.port.bad_chains(), 0);
+
+    // Sane again, but the ring stays dropped until it is set up again.
+    g.offer(1, 0);
+    for _ in 0..10 {
+        assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0);
+    }
+    assert_eq!(g.used_idx(), 1);
+    assert_eq!(f.get_vring_base(1).unwrap(), 1, "it stopped where it was");
+    f.set_vring_base(1, 1).unwrap();
+    f.set_vring_kick(1, &b.kick).unwrap();
+    poll(&mut *b.rxq, &mut b.got, "the frame after set-up", |v| {
+        v.len() == 2
+    });
+    assert_eq!(g.used_idx(), 2);
+
+    // Broken again; the next frontend starts afresh.
+    g.set_avail_idx(2 + 3 * Q);
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0);
+    assert_eq!(b.tp.port.broken_rings(), 2);
+    drop(f);
+    b.lost += 1;
+    b.tp.wait_disconnects(b.lost);
+    b.next_is_served("after a broken ring");
+}
+
+/// The guest's rx virtqueue (our tx queue) with bad chains: each bad one is counted and
+/// returned unused (length 0) and the frame goes to the next chain; a chain too small for the
+/// frame keeps it waiting (handed back by tx_burst, nothing consumed) until the guest offers
+/// room; without MRG_RXBUF a zero-length chain is one that is too small, with MRG_RXBUF it is
+/// refused as empty.
+#[test]
+fn hostile_rx_chains_are_refused_or_keep_the_frame_waiting() {
+    for mrg in [false, true] {
+        let tag = if mrg { "hostile-rx-mrg" } else { "hostile-rx" };
+        let mut b = Bench::new(tag, Duration::from_secs(5));
+        let pool = memnic_test_support::pool(&format!("{tag}-tx"), 64, 2048);
+        let mut txq = b.tp.port.take_tx_queue(0, &pool).unwrap();
+        let g = Guest::new();
+        let s = Setup {
+            reply_ack: false,
+            features: if mrg { MRG_RXBUF } else { 0 },
+            vqs: vec![RXQ, TXQ],
+            base: 0,
+        };
+        let f = connect(&b.tp.path, &g, &b.kick, &s);
+        wait_until("link up", || b.tp.port.link().up);
+        let frame = |fill: u8| {
+            let mut m = pool.alloc().unwrap();
+            m.append(100).unwrap().fill(fill);
+            vec![m]
+        };
+        let room = BUF + 0x8000;
+        let mut idx = 0u16;
+        let mut bad = 0u64;
+        let cases = [
+            (
+                d(room, 2048, DESC_F_WRITE | DESC_F_NEXT, 9),
+                "a next index past the queue",
+            ),
+            (d(room, 2048, 0, 0), "a read-only buffer"),
+            (d(1 << 40, 2048, DESC_F_WRITE, 0), "a buffer outside memory"),
+        ];
+        for (desc, what) in cases {
+            g.desc_in(RXQ, 1, desc);
+            g.offer_in(RXQ, idx, 1);
+            let mut pkts = frame(1);
+            assert_eq!(txq.tx_burst(&mut pkts), 0, "{what}: not sent");
+            assert_eq!(pkts.len(), 1, "{what}: the frame is handed back");
+            bad += 1;
+            assert_eq!(b.tp.port.bad_chains(), bad, "{what}: counted");
+            assert_eq!(g.used_idx_in(RXQ), idx + 1, "{what}: returned");
+            assert_eq!(g.used_elem_in(RXQ, idx), (1, 0), "{what}: unused");
+            idx += 1;
+        }
+        // A head past the queue.
+        g.offer_in(RXQ, idx, 200);
+        let mut pkts = frame(1);
+        assert_eq!(txq.tx_burst(&mut pkts), 0);
+        bad += 1;
+        assert_eq!(b.tp.port.bad_chains(), bad);
+        assert_eq!(
+            b.tp.port.last_bad_chain(),
+            Some(ChainError::IndexOutOfRange {
+                index: 200,
+                size: Q
+            })
+        );
+        idx += 1;
+
+        // Too small for the frame: it waits, the chain stays the guest's.
+        g.desc_in(RXQ, 2, d(room, (HDR + 50) as u32, DESC_F_WRITE, 0));
+        g.offer_in(RXQ, idx, 2);
+        for _ in 0..3 {
+            assert_eq!(txq.tx_burst(&mut pkts), 0, "too small: waits");
+            assert_eq!(pkts.len(), 1);
+        }
+        assert_eq!(g.used_idx_in(RXQ), idx, "too small: nothing consumed");
+        assert_eq!(b.tp.port.bad_chains(), bad, "too small is not bad");
+        // The guest gives the chain room: the frame goes.
+        g.desc_in(RXQ, 2, d(room, 2048, DESC_F_WRITE, 0));
+        assert_eq!(txq.tx_burst(&mut pkts), 1);
+        assert!(pkts.is_empty());
+        assert_eq!(g.used_elem_in(RXQ, idx), (2, (HDR + 100) as u32));
+        let mut got = vec![0u8; 100];
+        g.mem
+            .read_bytes((room + HDR as u64) as usize, &mut got)
+            .unwrap();
+        assert_eq!(got, vec![1; 100]);
+        idx += 1;
+
+        // A zero-length chain, then a good one.
+        g.desc_in(RXQ, 3, d(room, 0, DESC_F_WRITE, 0));
+        g.desc_in(RXQ, 4, d(room, 2048, DESC_F_WRITE, 0));
+        g.offer_in(RXQ, idx, 3);
+        let mut pkts = frame(2);
+        assert_eq!(txq.tx_burst(&mut pkts), 0);
+        if mrg {
+            bad += 1;
+            assert_eq!(b.tp.port.last_bad_chain(), Some(ChainError::Empty));
+            assert_eq!(g.used_elem_in(RXQ, idx), (3, 0));
+            idx += 1;
+        } else {
+            // Too small, like any other: the frame waits behind it until the guest fixes it.
+            assert_eq!(g.used_idx_in(RXQ), idx);
+            g.desc_in(RXQ, 3, d(room, 2048, DESC_F_WRITE, 0));
+            assert_eq!(txq.tx_burst(&mut pkts), 1);
+            idx += 1;
+            pkts = frame(2);
+        }
+        assert_eq!(b.tp.port.bad_chains(), bad);
+        g.offer_in(RXQ, idx, 4);
+        assert_eq!(txq.tx_burst(&mut pkts), 1, "the next good chain takes it");
+        assert_eq!(g.used_idx_in(RXQ), idx + 1);
+        drop(f);
+        b.lost += 1;
+        b.tp.wait_disconnects(b.lost);
+        b.next_is_served(tag);
+        drop(txq);
+    }
+}
