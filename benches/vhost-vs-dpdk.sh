@@ -15,6 +15,9 @@
 #
 #   benches/vhost-vs-dpdk.sh [--seconds N] [--rounds N] [--sizes "64 512 1518"]
 #                            [--rings "split packed"] [--dirs "deq enq"] [--json]
+#                            [--ours BIN] [--baseline BIN]
+# --ours: our memnic binary (default: a fresh release build); --baseline: another memnic
+# binary in DPDK's place (an A/B of two builds; its column is then headed "DPDK" still).
 # Needs dpdk-testpmd with the vhost and virtio PMDs (apt-get install dpdk-dev
 # librte-net-vhost23 librte-net-virtio23).
 set -euo pipefail
@@ -24,6 +27,8 @@ SIZES="64 512 1518"
 RINGS="split packed"
 DIRS="deq enq"
 JSON=0
+OURS=
+BASE=
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) T=$2; shift 2 ;;
@@ -32,13 +37,17 @@ while [ $# -gt 0 ]; do
         --rings) RINGS=$2; shift 2 ;;
         --dirs) DIRS=$2; shift 2 ;;
         --json) JSON=1; shift ;;
+        --ours) OURS=$(realpath "$2"); shift 2 ;;
+        --baseline) BASE=$(realpath "$2"); shift 2 ;;
         *) echo "vhost-vs-dpdk.sh: unknown option '$1' (use --seconds N, --rounds N, --sizes \"64 1518\", --rings \"split packed\", --dirs \"deq enq\", --json)" >&2; exit 2 ;;
     esac
 done
 command -v dpdk-testpmd >/dev/null || { echo "vhost-vs-dpdk.sh: dpdk-testpmd is not installed (apt-get install dpdk-dev librte-net-vhost23 librte-net-virtio23)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-cargo build --release -q
-OURS=$PWD/target/release/memnic
+if [ -z "$OURS" ]; then
+    cargo build --release -q
+    OURS=$PWD/target/release/memnic
+fi
 DIR=$(mktemp -d)
 SOCK=$DIR/vhost.sock
 trap 'pkill -INT -P $$ 2>/dev/null || true; rm -rf "$DIR"' EXIT
@@ -46,7 +55,10 @@ EAL="--no-huge -m 1024 --no-pci"
 APP="--nb-cores=1 --total-num-mbufs=32768 -a --stats-period 1"
 
 backend() { # impl mode size
-    if [ "$1" = dpdk ]; then
+    if [ "$1" = dpdk ] && [ -n "$BASE" ]; then
+        timeout -s INT $((T + 6)) "$BASE" testpmd -l 1 --vdev "vhost0,iface=$SOCK" \
+            --forward-mode="$2" --txpkts="$3" --duration $((T + 4)) >"$DIR/b.log" 2>&1
+    elif [ "$1" = dpdk ]; then
         timeout -s INT $((T + 6)) dpdk-testpmd $EAL --lcores=0@1,1@1 --file-prefix b$$ \
             --vdev=net_vhost0,iface=$SOCK,queues=1 -- $APP --forward-mode="$2" --txpkts="$3" \
             >"$DIR/b.log" 2>&1
