@@ -34,6 +34,9 @@ use crate::queue::VringConn;
 use crate::split::{SplitRing, MAX_QUEUE_SIZE};
 use crate::vring::{Ring, RingAddrs, RingError};
 
+/// Device status bit (virtio 1.x §2.1): the device hit an error it cannot recover from.
+pub const STATUS_NEEDS_RESET: u8 = 0x40;
+
 /// virtio feature bits (virtio 1.x §6, §5.1.3).
 pub mod feature {
     pub const NET_F_MTU: u64 = 1 << 3;
@@ -75,6 +78,10 @@ pub struct Device {
     protocol: u64,
     /// SET_FEATURES has been received on this connection.
     features_set: bool,
+    /// The driver's device status (SET_STATUS).
+    status: u8,
+    /// Rings found broken (all queues) at the last reset: more since means NEEDS_RESET.
+    broken_at_reset: u64,
     mem: Option<Arc<MemTable>>,
     vrings: Vec<Vring>,
     /// Why the last ring could not be installed (logged by the port, for tests).
@@ -118,6 +125,8 @@ impl Device {
             acked: 0,
             protocol: 0,
             features_set: false,
+            status: 0,
+            broken_at_reset: 0,
             mem: None,
             vrings: (0..2 * queues).map(|_| Vring::default()).collect(),
             last_error: None,
@@ -181,6 +190,8 @@ impl Device {
         self.mem = None;
         self.acked = 0;
         self.features_set = false;
+        self.status = 0;
+        self.broken_at_reset = self.broken_rings();
         // No ring is started now, so none can fail to be set up.
         let _ = self.install();
     }
@@ -194,6 +205,7 @@ impl Device {
         let mrg = self.acked & NET_F_MRG_RXBUF != 0;
         let event_idx = self.acked & F_EVENT_IDX != 0;
         let packed = self.acked & F_RING_PACKED != 0;
+        let in_order = self.acked & F_IN_ORDER != 0;
         let mut conns: Vec<Option<VringConn>> = Vec::with_capacity(self.vrings.len());
         let mut errors = Vec::new();
         for (i, v) in self.vrings.iter().enumerate() {
@@ -205,6 +217,7 @@ impl Device {
                         hdr_len,
                         mrg_rxbuf: mrg,
                         event_idx,
+                        in_order,
                         call: v.call.clone(),
                         kick: v.kick.clone(),
                         base: v.base,
@@ -273,6 +286,45 @@ impl Device {
     /// REPLY_ACK was negotiated (SET_PROTOCOL_FEATURES).
     pub fn reply_ack(&self) -> bool {
         self.protocol & VhostUserProtocolFeatures::REPLY_ACK.bits() != 0
+    }
+
+    /// Rings the queues found broken, all told. (Relaxed: counters.)
+    fn broken_rings(&self) -> u64 {
+        (0..self.vrings.len())
+            .map(|i| self.shared.slot(i).broken.load(Relaxed))
+            .sum()
+    }
+
+    /// STATUS was negotiated: SET_STATUS and GET_STATUS are served (by the port's control
+    /// thread, which reads them: rust-vmm's handler has no case for them).
+    pub fn status_negotiated(&self) -> bool {
+        self.protocol & VhostUserProtocolFeatures::STATUS.bits() != 0
+    }
+
+    /// SET_STATUS: the driver's device status byte. 0 is a device reset (a guest that reboots
+    /// or unbinds its driver): every ring stopped and the memory table dropped, as
+    /// RESET_DEVICE does.
+    pub fn set_status(&mut self, status: u64) -> VuResult<()> {
+        trace(format_args!("set_status {status:#x}"));
+        let Ok(status) = u8::try_from(status) else {
+            return Err(self.refuse(format!("device status {status:#x} is not a byte")));
+        };
+        if status == 0 {
+            self.reset();
+        }
+        self.status = status;
+        Ok(())
+    }
+
+    /// GET_STATUS: what the driver set, with NEEDS_RESET once a ring broke (the guest wrote
+    /// values no ring can follow) since the last reset.
+    pub fn status(&self) -> u8 {
+        trace(format_args!("get_status"));
+        if self.broken_rings() > self.broken_at_reset {
+            self.status | STATUS_NEEDS_RESET
+        } else {
+            self.status
+        }
     }
 }
 
@@ -477,7 +529,8 @@ impl VhostUserBackendReqHandlerMut for Device {
         let mut p = VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            | VhostUserProtocolFeatures::RESET_DEVICE;
+            | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::STATUS;
         if self.shared.queues() > 1 {
             p |= VhostUserProtocolFeatures::MQ;
         }

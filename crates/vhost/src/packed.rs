@@ -259,6 +259,16 @@ impl Vring for PackedRing {
         u.at = self.advance(u.at, chain.descs);
     }
 
+    /// One used descriptor at the run's first slot, with the last buffer's id; the used
+    /// position skips every slot of the run.
+    #[inline(always)]
+    fn put_used_run(&self, u: &mut PackedUsed, last: Chain, chains: u16, descs: u16) {
+        if chains == 0 {
+            return;
+        }
+        self.put_used(u, Chain { id: last.id, descs }, 0);
+    }
+
     #[inline(always)]
     fn publish(&self, u: &mut PackedUsed) {
         if let Some((idx, flags)) = u.head.take() {

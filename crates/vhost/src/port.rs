@@ -383,56 +383,95 @@ fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<Unix
     }
 }
 
-/// QEMU 7.2's vhost-net sends SET_VRING_ENABLE(1) *before* SET_FEATURES when it starts a
-/// device (it restores the enable state first, judging PROTOCOL_FEATURES by what we offered),
-/// and never again after it. rust-vmm's handler refuses that message (PROTOCOL_FEATURES not
-/// acked yet), which would leave the rings disabled or end the connection. So the control
-/// thread looks at the next message first (it carries no fds): a SET_VRING_ENABLE before
-/// SET_FEATURES is read and applied here, with the REPLY_ACK answer the frontend may ask for;
-/// anything else is left to rust-vmm. `Ok(true)`: the message was taken.
-fn take_early_vring_enable(stream: &UnixStream, device: &Mutex<Device>) -> Result<bool, String> {
+/// Requests the control thread answers itself, ahead of rust-vmm's handler:
+///
+/// * QEMU 7.2's vhost-net sends SET_VRING_ENABLE(1) *before* SET_FEATURES when it starts a
+///   device (it restores the enable state first, judging PROTOCOL_FEATURES by what we
+///   offered), and never again after it. rust-vmm's handler refuses that message
+///   (PROTOCOL_FEATURES not acked yet), which would leave the rings disabled or end the
+///   connection.
+/// * SET_STATUS and GET_STATUS (the STATUS protocol feature): vhost 0.18's handler has no
+///   case for them.
+///
+/// So the control thread looks at the next message first (these carry no fds): one of these
+/// is read and applied here, with the reply it takes (REPLY_ACK's, or GET_STATUS's value);
+/// anything else, a message of the wrong size included, is left to rust-vmm. `Ok(true)`: the
+/// message was taken.
+fn take_own_request(stream: &UnixStream, device: &Mutex<Device>) -> Result<bool, String> {
     const SET_VRING_ENABLE: u32 = 18;
+    const SET_STATUS: u32 = 39;
+    const GET_STATUS: u32 = 40;
     const FLAG_VERSION: u32 = 0x1;
     const FLAG_REPLY: u32 = 0x4;
     const FLAG_NEED_REPLY: u32 = 0x8;
-    // Header (request, flags, size) and struct vhost_vring_state (index, num), all u32 LE.
+    // Header (request, flags, size) and at most 8 bytes of payload, all little-endian.
     let mut msg = [0u8; 20];
     let word = |m: &[u8; 20], i: usize| {
         u32::from_le_bytes([m[4 * i], m[4 * i + 1], m[4 * i + 2], m[4 * i + 3]])
     };
-    let mut n = 0;
+    let mut n = memnic_shm::unix::peek(stream.as_fd(), &mut msg).unwrap_or(0);
+    if n < 12 {
+        return Ok(false);
+    }
+    let (code, size) = (word(&msg, 0), word(&msg, 2) as usize);
+    let expected = match code {
+        SET_VRING_ENABLE | SET_STATUS => 8,
+        GET_STATUS => 0,
+        _ => return Ok(false),
+    };
+    if size != expected {
+        return Ok(false);
+    }
+    let whole = 12 + size;
     // A message is sent whole; give its tail a moment if only the header is queued yet.
     for _ in 0..100 {
-        n = memnic_shm::unix::peek(stream.as_fd(), &mut msg).unwrap_or(0);
-        if n < 12 || word(&msg, 0) != SET_VRING_ENABLE || word(&msg, 2) != 8 {
-            return Ok(false);
-        }
-        if n == msg.len() {
+        if n >= whole {
             break;
         }
         std::thread::sleep(Duration::from_millis(1));
+        n = memnic_shm::unix::peek(stream.as_fd(), &mut msg).unwrap_or(0);
     }
-    if n < msg.len() {
+    if n < whole {
         return Ok(false);
     }
     let mut dev = device.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(res) = dev.early_vring_enable(word(&msg, 3), word(&msg, 4)) else {
-        return Ok(false);
+    let res = match code {
+        SET_VRING_ENABLE => match dev.early_vring_enable(word(&msg, 3), word(&msg, 4)) {
+            Some(res) => res,
+            None => return Ok(false),
+        },
+        _ if !dev.status_negotiated() => return Ok(false),
+        SET_STATUS => dev.set_status(u64::from(word(&msg, 3)) | u64::from(word(&msg, 4)) << 32),
+        _ => Ok(()),
+    };
+    let name = match code {
+        SET_VRING_ENABLE => "SET_VRING_ENABLE",
+        SET_STATUS => "SET_STATUS",
+        _ => "GET_STATUS",
     };
     let mut s = stream;
-    s.read_exact(&mut msg)
-        .map_err(|e| format!("read SET_VRING_ENABLE: {e}"))?;
-    if word(&msg, 1) & FLAG_NEED_REPLY != 0 && dev.reply_ack() {
+    s.read_exact(&mut msg[..whole])
+        .map_err(|e| format!("read {name}: {e}"))?;
+    let answer = match code {
+        GET_STATUS => Some(u64::from(dev.status())),
+        _ if word(&msg, 1) & FLAG_NEED_REPLY != 0 && dev.reply_ack() => {
+            Some(u64::from(res.is_err()))
+        }
+        _ => None,
+    };
+    if let Some(v) = answer {
         let mut reply = [0u8; 20];
-        reply[0..4].copy_from_slice(&SET_VRING_ENABLE.to_le_bytes());
+        reply[0..4].copy_from_slice(&code.to_le_bytes());
         reply[4..8].copy_from_slice(&(FLAG_VERSION | FLAG_REPLY).to_le_bytes());
         reply[8..12].copy_from_slice(&8u32.to_le_bytes());
-        reply[12..20].copy_from_slice(&u64::from(res.is_err()).to_le_bytes());
+        reply[12..20].copy_from_slice(&v.to_le_bytes());
         s.write_all(&reply)
-            .map_err(|e| format!("reply to SET_VRING_ENABLE: {e}"))?;
+            .map_err(|e| format!("reply to {name}: {e}"))?;
     }
-    res.map(|()| true)
-        .map_err(|e| format!("SET_VRING_ENABLE: {e}"))
+    res.map(|()| true).map_err(|e| match dev.last_error.take() {
+        Some(why) => format!("{name}: {e}: {why}"),
+        None => format!("{name}: {e}"),
+    })
 }
 
 fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
@@ -557,7 +596,7 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
         }
         heard = true;
         dog.arm(timeout);
-        match take_early_vring_enable(&watch, &device) {
+        match take_own_request(&watch, &device) {
             Ok(true) => {
                 dog.disarm();
                 continue;

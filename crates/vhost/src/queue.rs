@@ -30,6 +30,9 @@ pub struct VringConn {
     /// Rx: a frame may span several chains (num_buffers).
     pub mrg_rxbuf: bool,
     pub event_idx: bool,
+    /// IN_ORDER: chains are used in the order they were made available, so a run of tx
+    /// chains goes back as one used entry.
+    pub in_order: bool,
     /// The guest's interrupt eventfd (none: the frontend polls).
     pub call: Option<Arc<EventFd>>,
     /// The eventfd the driver kicks (none: it never does); `--rx-interrupt` sleeps on it.
@@ -242,7 +245,7 @@ impl RxQueue for VhostRxQueue {
 
 /// Takes up to `max` (and a burst's worth) of the guest's tx chains into `pkts`: each frame
 /// copied into our buffers, each chain handed back as used (length 0: the device wrote
-/// nothing into it), the lot published once.
+/// nothing into it), the lot published once (with IN_ORDER, as one used entry).
 #[inline(always)]
 fn dequeue<V: Vring>(
     r: &V,
@@ -257,6 +260,8 @@ fn dequeue<V: Vring>(
     let want = max.min(MAX_BURST);
     let mut taken: u16 = 0;
     let mut res = Ok(());
+    // IN_ORDER: the burst's chains go back as one entry (DPDK's batched in-order dequeue).
+    let mut run = (crate::vring::Chain { id: 0, descs: 0 }, 0u16);
     while (taken as usize) < want {
         let before = cur;
         let (chain, walked) = match r.next(&c.mem, &mut cur, Dir::Readable, &mut s.pieces) {
@@ -276,7 +281,11 @@ fn dequeue<V: Vring>(
         let got = walked.and_then(|total| {
             read_frame(&c.mem, &s.pieces, c.hdr_len, total, &mut m, &mut s.cache)
         });
-        r.put_used(&mut used, chain, 0);
+        if c.in_order {
+            run = (chain, run.1 + chain.descs);
+        } else {
+            r.put_used(&mut used, chain, 0);
+        }
         taken += 1;
         match got {
             Ok(()) if c.enabled => {
@@ -292,6 +301,9 @@ fn dequeue<V: Vring>(
                 slot.bad_chain(e);
             }
         }
+    }
+    if c.in_order {
+        r.put_used_run(&mut used, run.0, taken, run.1);
     }
     s.last_avail = V::cursor_pos(&cur);
     publish(r, c, s, used, taken);

@@ -231,6 +231,17 @@ impl Vring for SplitRing {
         *u = u.wrapping_add(1);
     }
 
+    /// The one entry goes where the run's last one would (a driver that reads the entry
+    /// before used.idx finds it); used.idx moves by the whole run.
+    #[inline(always)]
+    fn put_used_run(&self, u: &mut u16, last: Chain, chains: u16, _descs: u16) {
+        if chains == 0 {
+            return;
+        }
+        self.set_used_elem(u.wrapping_add(chains - 1), last.id, 0);
+        *u = u.wrapping_add(chains);
+    }
+
     #[inline(always)]
     fn publish(&self, u: &mut u16) {
         self.publish_used(*u);

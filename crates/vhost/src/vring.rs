@@ -130,6 +130,10 @@ pub trait Vring {
     /// Writes the used entry for `chain` (`len` bytes written into it); it is not visible to
     /// the driver before [`Vring::publish`].
     fn put_used(&self, u: &mut Self::Used, chain: Chain, len: u32);
+    /// IN_ORDER: hands back `chains` chains taken in order, the last of them `last`, taking
+    /// `descs` ring slots in all, none written into (a tx ring's): one used entry says it
+    /// all (virtio 1.x §2.7.9.1, §2.8.21.3 "in-order").
+    fn put_used_run(&self, u: &mut Self::Used, last: Chain, chains: u16, descs: u16);
     /// Makes every entry put since `used_at` visible, with one Release store.
     fn publish(&self, u: &mut Self::Used);
 
