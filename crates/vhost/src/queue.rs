@@ -594,6 +594,13 @@ fn write_one<V: Vring>(
             return Written::Bad(e);
         }
     };
+    // A chain with no room past the header can never take a frame: refused, not waited on
+    // (the frame behind it would wait for ever).
+    if total <= c.hdr_len {
+        r.put_used(used, chain, 0);
+        *cur = next;
+        return Written::Bad(ChainError::Empty);
+    }
     let need = c.hdr_len + m.len();
     if total < need {
         return Written::NoRoom;
