@@ -301,16 +301,19 @@ impl Device {
         self.protocol & VhostUserProtocolFeatures::STATUS.bits() != 0
     }
 
-    /// SET_STATUS: the driver's device status byte. 0 is a device reset (a guest that reboots
-    /// or unbinds its driver): every ring stopped and the memory table dropped, as
-    /// RESET_DEVICE does.
+    /// SET_STATUS: the driver's device status byte. Status 0 (the driver resets the device: a
+    /// guest rebooting or unbinding its driver) clears NEEDS_RESET but keeps the memory table
+    /// and the rings' set-up: QEMU sends it *before* the GET_VRING_BASEs that stop the rings,
+    /// and on the next start sends only what changed (never the memory table again), so a
+    /// reset here would leave the restarted rings without memory. DPDK's vhost also just
+    /// records it.
     pub fn set_status(&mut self, status: u64) -> VuResult<()> {
         trace(format_args!("set_status {status:#x}"));
         let Ok(status) = u8::try_from(status) else {
             return Err(self.refuse(format!("device status {status:#x} is not a byte")));
         };
         if status == 0 {
-            self.reset();
+            self.broken_at_reset = self.broken_rings();
         }
         self.status = status;
         Ok(())
