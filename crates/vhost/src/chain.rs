@@ -72,14 +72,8 @@ pub fn walk(
     dir: Dir,
     out: &mut Vec<Piece>,
 ) -> Result<u32, ChainError> {
-    out.clear();
     let size = ring.size();
-    let mut walker = Walker {
-        mem,
-        dir,
-        out,
-        total: 0,
-    };
+    let mut walker = Walker::new(mem, dir, out);
     let mut index = head;
     for _ in 0..size {
         if index >= size {
@@ -114,14 +108,8 @@ pub fn walk_packed(
     dir: Dir,
     out: &mut Vec<Piece>,
 ) -> Result<(Chain, Result<u32, ChainError>), Broken> {
-    out.clear();
     let size = ring.size();
-    let mut walker = Walker {
-        mem,
-        dir,
-        out,
-        total: 0,
-    };
+    let mut walker = Walker::new(mem, dir, out);
     let mut refused = None;
     let mut i = idx;
     for descs in 1..=size {
@@ -163,7 +151,18 @@ struct Walker<'a> {
     total: u32,
 }
 
-impl Walker<'_> {
+impl<'a> Walker<'a> {
+    /// A walk that puts its pieces in `out` (cleared first).
+    fn new(mem: &'a MemTable, dir: Dir, out: &'a mut Vec<Piece>) -> Walker<'a> {
+        out.clear();
+        Walker {
+            mem,
+            dir,
+            out,
+            total: 0,
+        }
+    }
+
     /// One buffer: its direction, its range in guest memory, the running total.
     #[inline(always)]
     fn buffer(&mut self, addr: u64, len: u32, flags: u16) -> Result<(), ChainError> {
