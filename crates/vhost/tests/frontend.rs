@@ -14,7 +14,6 @@ use memnic_ethdev::Port;
 use memnic_shm::Region;
 use memnic_vhost::chain::ChainError;
 use memnic_vhost::split::{Desc, DESC_F_NEXT};
-use memnic_vhost::{VhostConfig, VhostPort};
 use std::time::{Duration, Instant};
 use vhost::VhostBackend;
 use vhost::VhostUserMemoryRegionInfo;
@@ -22,10 +21,9 @@ use vmm_sys_util::eventfd::EventFd;
 
 #[test]
 fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
-    let dir = std::env::temp_dir().join(format!("memnic-fe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("vhost.sock").display().to_string();
-    let mut port = VhostPort::new("vhost0", VhostConfig::new(&path)).unwrap();
+    let mut tp = TestPort::new("fe", |_| {});
+    let path = tp.path.clone();
+    let port = &mut tp.port;
     let pool = memnic_test_support::pool("fe", 256, 2048);
     let mut rxq = port.take_rx_queue(0, &pool).unwrap();
     let g = Guest::new();
@@ -108,8 +106,7 @@ fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
     assert_eq!(got[1].to_vec(), vec![0x5a; 100]);
     assert_eq!(port.connects(), 2);
     drop(rxq);
-    drop(port);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tp);
 }
 
 /// SET_MEM_TABLE while the ring runs (memory hot-added, as QEMU sends it, waiting for our
@@ -117,10 +114,9 @@ fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
 /// region arrives, and one across the seam of the two regions too.
 #[test]
 fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region() {
-    let dir = std::env::temp_dir().join(format!("memnic-fe2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("vhost.sock").display().to_string();
-    let mut port = VhostPort::new("vhost0", VhostConfig::new(&path)).unwrap();
+    let mut tp = TestPort::new("fe2", |_| {});
+    let path = tp.path.clone();
+    let port = &mut tp.port;
     let pool = memnic_test_support::pool("fe2", 256, 2048);
     let mut rxq = port.take_rx_queue(0, &pool).unwrap();
     let g = Guest::new();
@@ -170,8 +166,7 @@ fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region(
     assert_eq!(got[2].to_vec(), vec![3u8; 64]);
     drop(f);
     drop(rxq);
-    drop(port);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tp);
 }
 
 /// A ring stopped (GET_VRING_BASE) and set up again from index 0, as QEMU does when the guest's
@@ -180,10 +175,9 @@ fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region(
 /// as the new ring's start (it did: the queue then saw avail.idx jump and dropped the ring).
 #[test]
 fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
-    let dir = std::env::temp_dir().join(format!("memnic-fe3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("vhost.sock").display().to_string();
-    let mut port = VhostPort::new("vhost0", VhostConfig::new(&path)).unwrap();
+    let mut tp = TestPort::new("fe3", |_| {});
+    let path = tp.path.clone();
+    let port = &mut tp.port;
     let pool = memnic_test_support::pool("fe3", 256, 2048);
     let mut rxq = port.take_rx_queue(0, &pool).unwrap();
     let g = Guest::new();
@@ -221,8 +215,7 @@ fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
     assert_eq!(port.bad_chains(), 0);
     drop(f);
     drop(rxq);
-    drop(port);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tp);
 }
 
 /// QEMU 7.2 sends SET_VRING_ENABLE before SET_FEATURES (rust-vmm's handler refuses it then, and
@@ -231,10 +224,9 @@ fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
 #[test]
 fn set_vring_enable_before_set_features_is_accepted_and_acknowledged() {
     use std::io::{Read, Write};
-    let dir = std::env::temp_dir().join(format!("memnic-fe4-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("vhost.sock").display().to_string();
-    let port = VhostPort::new("vhost0", VhostConfig::new(&path)).unwrap();
+    let tp = TestPort::new("fe4", |_| {});
+    let path = tp.path.clone();
+    let port = &tp.port;
     let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let msg = |req: u32, flags: u32, body: &[u8]| {
@@ -273,6 +265,5 @@ fn set_vring_enable_before_set_features_is_accepted_and_acknowledged() {
     assert_eq!(reply(&mut s).0, 1);
     assert_eq!(port.disconnects(), 0);
     drop(s);
-    drop(port);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tp);
 }
