@@ -260,7 +260,10 @@ fn dequeue<V: Vring>(
     let want = max.min(MAX_BURST);
     let mut taken: u16 = 0;
     let mut res = Ok(());
-    // IN_ORDER: the burst's chains go back as one entry (DPDK's batched in-order dequeue).
+    // IN_ORDER: the burst's chains go back as one entry (DPDK's batched in-order dequeue),
+    // whose slots stay within one lap of the ring: an entry cannot say more, and only a
+    // driver whose chains run on through slots we already took gets there.
+    let lap = c.ring.size();
     let mut run = (crate::vring::Chain { id: 0, descs: 0 }, 0u16);
     while (taken as usize) < want {
         let before = cur;
@@ -277,6 +280,11 @@ fn dequeue<V: Vring>(
                 break;
             }
         };
+        if c.in_order && u32::from(run.1) + u32::from(chain.descs) > u32::from(lap) {
+            // The chain starts the next burst's run.
+            cur = before;
+            break;
+        }
         let Some(mut m) = s.cache.alloc() else {
             // The chain stays the guest's until we have a buffer for it.
             cur = before;
