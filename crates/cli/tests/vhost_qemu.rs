@@ -8,6 +8,10 @@
 //! guest from sending anything but the test's traffic (ARP, ICMP, TCP), and the guest reads its
 //! counters half a second after the traffic, when its tx completions are reaped.
 //!
+//! Two kinds of test restart the guest's side while our testpmd runs on: it reloads virtio_net
+//! (the device is reset), or it reboots (QEMU resets the whole machine and boots the same
+//! kernel and initramfs again); traffic must resume on the same two vhost ports.
+//!
 //! Needs `qemu-system-x86` and `busybox-static` (`.ci/run` installs them) and fetches the guest
 //! kernel once with `apt-get download` (memnic-test-support's `guest` module).
 
@@ -119,8 +123,8 @@ impl Backend {
 }
 
 /// The guest on CPU 1 with NIC A on `socks[0]` and NIC B on `socks[1]` (`nic`: more of their
-/// virtio-net-pci properties).
-fn boot(name: &str, socks: &[Sock; 2], init: &str, nic: &str) -> Proc {
+/// virtio-net-pci properties), ready to spawn.
+fn qemu(name: &str, socks: &[Sock; 2], init: &str, nic: &str) -> Qemu {
     let kernel = guest::kernel().unwrap_or_else(|e| panic!("{e}"));
     let image = Image::new(&kernel, init)
         .build(name)
@@ -130,7 +134,6 @@ fn boot(name: &str, socks: &[Sock; 2], init: &str, nic: &str) -> Proc {
         .append("ipv6.disable=1")
         .vhost_user_nic_with("0", &socks[0].0, MAC_A, nic)
         .vhost_user_nic_with("1", &socks[1].0, MAC_B, nic)
-        .spawn()
 }
 
 /// The `key=value` fields after `tag` on the guest's console.
@@ -158,10 +161,15 @@ fn text<'a>(f: &'a [(String, String)], key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {key}= in {f:?}"))
 }
 
+/// Waits for the line with `tag` on the guest's console; its fields.
+fn await_fields(vm: &mut Proc, tag: &str, limit: Duration) -> Vec<(String, String)> {
+    vm.wait_for_line(tag, limit);
+    fields(vm, tag)
+}
+
 /// Waits for the verdict line (the guest powers off after it) and QEMU's exit.
 fn verdict(mut vm: Proc, limit: Duration) -> (Vec<(String, String)>, String) {
-    vm.wait_for_line("GUEST-RESULT", limit);
-    let f = fields(&vm, "GUEST-RESULT");
+    let f = await_fields(&mut vm, "GUEST-RESULT", limit);
     let console = vm.output();
     let _ = vm.wait(Duration::from_secs(10));
     (f, console)
@@ -226,11 +234,9 @@ fn poll_legacy_guest_pings_and_streams_tcp_through_our_ports() {
     ping_and_tcp("tcplegacy", ",disable-modern=on,mrg_rxbuf=off");
 }
 
-fn ping_and_tcp(tag: &str, nic: &str) {
-    let t0 = Instant::now();
-    let be = Backend::start(tag);
-    let init = init(
-        r#"
+/// Five pings from A to B, then 1 MiB of random data over TCP from A to a listener on B: sets
+/// `ping` and `tcp` (`ok` or `fail`), `size` (bytes received) and the md5sums `sent` and `got`.
+const PING_AND_TCP: &str = r#"
 ping=$(pings 5)
 dd if=/dev/urandom of=/tmp/data bs=1024 count=1024 2>/dev/null
 # The listener's stdin must stay open (a background job's is /dev/null, whose end of file
@@ -247,20 +253,32 @@ kill $L 2>/dev/null
 sent=$(md5sum < /tmp/data | cut -d' ' -f1); got=$(md5sum < /tmp/recv | cut -d' ' -f1)
 size=$(wc -c < /tmp/recv)
 tcp=fail; [ "$sent" = "$got" ] && [ "$size" = 1048576 ] && tcp=ok
+"#;
+
+/// What [`PING_AND_TCP`] must report, and the guest's counters of that phase must show.
+fn assert_ping_and_tcp(res: &[(String, String)], phase: &[(String, String)], said: &str) {
+    assert_eq!(text(res, "ping"), "ok", "{said}");
+    assert_eq!(text(res, "tcp"), "ok", "{said}");
+    assert_eq!(num(res, "size"), 1 << 20, "{said}");
+    // 1 MiB in frames of at most 1514 bytes, one way, and its acks the other.
+    assert!(num(phase, "a_tx") > 700, "{said}");
+}
+
+fn ping_and_tcp(tag: &str, nic: &str) {
+    let t0 = Instant::now();
+    let be = Backend::start(tag);
+    let init = init(&format!(
+        r#"{PING_AND_TCP}
 counters 1
 result "GUEST-RESULT ping=$ping tcp=$tcp size=$size sent=$sent got=$got"
-"#,
-    );
-    let vm = boot(&format!("vhost-{tag}"), &be.socks, &init, nic);
+"#
+    ));
+    let vm = qemu(&format!("vhost-{tag}"), &be.socks, &init, nic).spawn();
     let (res, console) = verdict(vm, Duration::from_secs(60));
     let phase1 = fields_of(&console, "GUEST-COUNTERS");
     let (j, stderr) = be.stop();
     let said = format!("{j}\n----- guest -----\n{console}\n----- ours -----\n{stderr}");
-    assert_eq!(text(&res, "ping"), "ok", "{said}");
-    assert_eq!(text(&res, "tcp"), "ok", "{said}");
-    assert_eq!(num(&res, "size"), 1 << 20, "{said}");
-    // 1 MiB in frames of at most 1514 bytes, one way, and its acks the other.
-    assert!(num(&phase1, "a_tx") > 700, "{said}");
+    assert_ping_and_tcp(&res, &phase1, &said);
     assert_counters_agree(&j, &[phase1], &said);
     eprintln!("guest: {}", console_line(&console, "GUEST-RESULT"));
     eprintln!("guest: {}", console_line(&console, "GUEST-COUNTERS"));
@@ -301,7 +319,7 @@ counters 2
 result "GUEST-RESULT before=$before after=$after"
 "#,
     );
-    let vm = boot(&format!("vhost-{tag}"), &be.socks, &init, nic);
+    let vm = qemu(&format!("vhost-{tag}"), &be.socks, &init, nic).spawn();
     let (res, console) = verdict(vm, Duration::from_secs(60));
     let phases = [1, 2].map(|p| fields_of_phase(&console, p));
     let (j, stderr) = be.stop();
@@ -312,6 +330,79 @@ result "GUEST-RESULT before=$before after=$after"
     eprintln!("guest: {}", console_line(&console, "GUEST-RESULT"));
     for p in [1, 2] {
         eprintln!("guest: {}", console_line(&console, &format!("phase={p}")));
+    }
+    eprintln!("ours: {}", ports_line(&j));
+    eprintln!("took {:?}", t0.elapsed());
+}
+
+/// The guest reboots (`reboot -f`: QEMU resets the machine, which stops both NICs' rings on our
+/// still-running ports and, once the new guest's virtio_net sets them up again, restarts
+/// them) and boots the same kernel and initramfs again: ping and TCP pass in both boots, and
+/// every frame of both boots is in our counters.
+#[test]
+fn poll_guest_reboots_and_traffic_resumes() {
+    reboot("reboot", "");
+}
+
+/// The same on packed rings.
+#[test]
+fn poll_guest_on_packed_rings_reboots_and_traffic_resumes() {
+    reboot("rebootpk", ",packed=on");
+}
+
+fn reboot(tag: &str, nic: &str) {
+    let t0 = Instant::now();
+    let be = Backend::start(tag);
+    // Which boot is this? The guest keeps nothing across the reset, and all QEMU hands it
+    // (kernel, initramfs, command line, fw_cfg) is the same both times; a disk to remember it
+    // on would need virtio_blk and an image. So each boot asks on its console (`ask`), and the
+    // test answers each new question with the boot's number: the guest asks only once it is
+    // reading its console, and the test writes nothing before the question, so no answer can
+    // be lost in the reset or read by the wrong boot.
+    let init = init(&format!(
+        r#"ask GUEST-BOOT
+boot=$ANSWER
+{PING_AND_TCP}
+counters $boot
+line="GUEST-RESULT boot=$boot ping=$ping tcp=$tcp size=$size sent=$sent got=$got"
+[ "$boot" = 1 ] && restart "$line"
+result "$line"
+"#
+    ));
+    let mut vm = qemu(&format!("vhost-{tag}"), &be.socks, &init, nic)
+        .allow_reboot()
+        .console_input()
+        .spawn();
+    let mut results = Vec::new();
+    let mut times = Vec::new();
+    for boot in 1..=2 {
+        let t = Instant::now();
+        vm.wait_for_lines("GUEST-BOOT", boot, Duration::from_secs(60));
+        let booted = t.elapsed();
+        vm.send(&boot.to_string());
+        let tag = format!("GUEST-RESULT boot={boot}");
+        results.push(await_fields(&mut vm, &tag, Duration::from_secs(60)));
+        times.push((booted, t.elapsed()));
+    }
+    let console = vm.output();
+    let _ = vm.wait(Duration::from_secs(10));
+    let phases = [1, 2].map(|p| fields_of_phase(&console, p));
+    let (j, stderr) = be.stop();
+    let said = format!("{j}\n----- guest -----\n{console}\n----- ours -----\n{stderr}");
+    for (res, phase) in results.iter().zip(&phases) {
+        assert_ping_and_tcp(res, phase, &said);
+    }
+    assert_counters_agree(&j, &phases, &said);
+    for (boot, (booted, done)) in (1..=2).zip(&times) {
+        eprintln!("boot {boot}: up and set up after {booted:?}, verdict after {done:?}");
+        eprintln!(
+            "guest: {}",
+            console_line(&console, &format!("GUEST-RESULT boot={boot}"))
+        );
+        eprintln!(
+            "guest: {}",
+            console_line(&console, &format!("phase={boot}"))
+        );
     }
     eprintln!("ours: {}", ports_line(&j));
     eprintln!("took {:?}", t0.elapsed());

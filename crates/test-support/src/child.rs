@@ -124,26 +124,44 @@ impl Child {
 
     /// What follows `tag` on the first stdout line that contains it.
     pub fn line(&self, tag: &str) -> Option<String> {
+        self.lines(tag).into_iter().next()
+    }
+
+    /// What follows `tag` on each stdout line that contains it, in order (a guest that reboots
+    /// prints its markers once per boot).
+    pub fn lines(&self, tag: &str) -> Vec<String> {
         let c = lock(&self.captured);
         c.lines
             .iter()
-            .find_map(|l| l.find(tag).map(|i| l[i + tag.len()..].trim().to_string()))
+            .filter_map(|l| l.find(tag).map(|i| l[i + tag.len()..].trim().to_string()))
+            .collect()
     }
 
     /// Waits up to `limit` for a stdout line containing `tag`; panics with everything the child
     /// printed if it exits first or the time runs out.
     pub fn wait_for_line(&mut self, tag: &str, limit: Duration) {
+        self.wait_for_lines(tag, 1, limit);
+    }
+
+    /// Waits up to `limit` until `n` stdout lines contain `tag`; panics as
+    /// [`Child::wait_for_line`] does.
+    pub fn wait_for_lines(&mut self, tag: &str, n: usize, limit: Duration) {
         let deadline = Instant::now() + limit;
-        while self.line(tag).is_none() {
+        let what = if n == 1 {
+            format!("{tag:?}")
+        } else {
+            format!("{tag:?} {n} times")
+        };
+        while self.lines(tag).len() < n {
             if let Some(st) = self.try_status() {
                 self.join_readers();
-                if self.line(tag).is_some() {
+                if self.lines(tag).len() >= n {
                     return;
                 }
-                self.fail(&format!("the child exited ({st}) before printing {tag:?}"));
+                self.fail(&format!("the child exited ({st}) before printing {what}"));
             }
             if Instant::now() > deadline {
-                self.fail(&format!("no {tag:?} from the child within {limit:?}"));
+                self.fail(&format!("no {what} from the child within {limit:?}"));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -238,7 +238,12 @@ fn cached_kernel(cache: &Path) -> Option<Kernel> {
 /// Shell functions every `/init` made by [`init_script`] has:
 ///
 /// * `load_modules`: insmod every module of the image, in [`Image::modules`] order;
-/// * `result LINE`: print LINE on the console (the test waits for it), then power off.
+/// * `result LINE`: print LINE on the console (the test waits for it), then power off;
+/// * `restart LINE`: the same, then reboot (`reboot -f`): with [`Qemu::allow_reboot`] the
+///   machine resets and boots the same kernel and initramfs again, else QEMU exits;
+/// * `ask LINE`: print LINE, then read the test's one-line answer from the console into
+///   `$ANSWER` (the test sends it with [`Child::send`](crate::Child::send) to a guest started
+///   with [`Qemu::console_input`]); no answer within 60 s is a `result "GUEST-ERROR ..."`.
 ///
 /// Before the caller's script runs, /proc, /sys and /dev are mounted, busybox's applets are
 /// on PATH, and the kernel's messages stay off the console (`dmesg -n 1`).
@@ -256,6 +261,15 @@ result() {
     sync
     echo "$*"
     poweroff -f
+}
+restart() {
+    sync
+    echo "$*"
+    reboot -f
+}
+ask() {
+    echo "$*"
+    read -t 60 -r ANSWER || result "GUEST-ERROR no answer on the console within 60 s"
 }
 "#;
 
@@ -412,6 +426,7 @@ pub struct Qemu {
     cpu: Option<u32>,
     append: String,
     reboot: bool,
+    console_input: bool,
     args: Vec<String>,
 }
 
@@ -427,6 +442,7 @@ impl Qemu {
             cpu: None,
             append: String::new(),
             reboot: false,
+            console_input: false,
             args: Vec::new(),
         }
     }
@@ -458,6 +474,13 @@ impl Qemu {
     /// A guest reboot restarts the guest (no `-no-reboot`); a poweroff still ends QEMU.
     pub fn allow_reboot(mut self) -> Self {
         self.reboot = true;
+        self
+    }
+
+    /// The console's input is a pipe the test writes lines to ([`Child::send`](crate::Child::send):
+    /// the answers to `/init`'s `ask`), instead of /dev/null.
+    pub fn console_input(mut self) -> Self {
+        self.console_input = true;
         self
     }
 
@@ -538,6 +561,11 @@ impl Qemu {
         let line = self.command_line();
         let mut cmd = Command::new(&line[0]);
         cmd.args(&line[1..]);
-        Child::spawn(cmd, Stdin::Null)
+        let stdin = if self.console_input {
+            Stdin::Pipe
+        } else {
+            Stdin::Null
+        };
+        Child::spawn(cmd, stdin)
     }
 }
