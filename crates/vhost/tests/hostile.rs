@@ -18,6 +18,7 @@ use memnic_ethdev::{Mbuf, Port, RxQueue};
 use memnic_shm::Region;
 use memnic_vhost::chain::ChainError;
 use memnic_vhost::split::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
+use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
@@ -1379,4 +1380,199 @@ fn a_packed_in_order_burst_stops_at_a_lap_when_chains_run_through_taken_slots() 
     b.lost += 1;
     b.tp.wait_disconnects(b.lost);
     b.next_is_served("after an in-order burst of two laps");
+}
+
+// ---- memory slots (ADD_MEM_REG / REM_MEM_REG) with traffic running ----
+
+/// A region for ADD_MEM_REG / REM_MEM_REG: `size` bytes of `fd` at guest address `gpa`.
+fn slot_region(gpa: u64, size: u64, fd: &std::fs::File) -> vhost::VhostUserMemoryRegionInfo {
+    vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: UVA + 0x1000_0000 + gpa,
+        mmap_offset: 0,
+        mmap_handle: fd.as_raw_fd(),
+    }
+}
+
+/// A frontend with REPLY_ACK and CONFIGURE_MEM_SLOTS on the guest's tx virtqueue (every
+/// request waits for our answer), its first frame through.
+fn mem_slots_frontend(b: &mut Bench, g: &Guest) -> vhost::vhost_user::Frontend {
+    let s = Setup {
+        reply_ack: true,
+        features: 0,
+        vqs: vec![TXQ],
+        base: 0,
+    };
+    let slots = vhost::vhost_user::message::VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+    let f = connect_with(&b.tp.path, g, &b.kick, &s, slots);
+    let (a, l) = g.frame(0, 60, 0x10);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    let n = b.got.len();
+    poll(&mut *b.rxq, &mut b.got, "the first frame", |v| {
+        v.len() == n + 1
+    });
+    f
+}
+
+/// Memory regions added and removed while a ring runs: (a) a frame whose buffer lives in an
+/// added region arrives whole (also one whose header and frame are in different regions);
+/// (b) once that region is removed (and its file truncated, so a read would fault) a chain
+/// pointing into it is refused, counted and handed back unused, and frames in the remaining
+/// region go on; (c) removing the region that holds the ring is acknowledged (the spec says
+/// the backend must unmap it, and QEMU sends REM_MEM_REG then ADD_MEM_REG when a region
+/// changes, rings running): the ring stops, link down, the guest's chain untouched, until
+/// the region comes back, when the ring goes on where it stopped. REM_MEM_REG of a region that
+/// does not exist is refused with a reason (the connection closed), and so is ADD_MEM_REG past
+/// the slots GET_MAX_MEM_SLOTS announced; the next frontend is served.
+#[test]
+fn memory_regions_added_and_removed_while_frames_move() {
+    let mut b = Bench::new("hostile-memslots", Duration::from_secs(5));
+    let g = Guest::new();
+    let mut f = mem_slots_frontend(&mut b, &g);
+    assert_eq!(f.get_max_mem_slots().unwrap(), 32);
+    let mut idx = 1u16;
+    let mut frames = b.got.len();
+
+    // (a) A region added while the ring runs: frames in it arrive.
+    // A plain file (a memfd is sealed against shrinking), unlinked at once.
+    let path = std::env::temp_dir().join(format!("memnic-memslots-{}", std::process::id()));
+    let fd2 = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    fd2.set_len(0x10000).unwrap();
+    let r2 = Region::from_fd(fd2.try_clone().unwrap().into(), 0x10000).unwrap();
+    const GPA2: u64 = 0x20_0000;
+    let reg2 = slot_region(GPA2, 0x10000, &fd2);
+    f.add_mem_region(&reg2).unwrap();
+    assert!(b.tp.port.link().up);
+    let mut bytes = vec![0u8; HDR + 100];
+    bytes[HDR..].fill(0x21);
+    r2.write_bytes(0x100, &bytes).unwrap();
+    g.desc(1, d(GPA2 + 0x100, bytes.len() as u32, 0, 0));
+    g.offer(idx, 1);
+    idx += 1;
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        1,
+        "a frame in the new region"
+    );
+    assert_eq!(b.got[frames].to_vec(), vec![0x21; 100]);
+    frames += 1;
+    // Header in the first region, frame in the new one.
+    g.mem.write_bytes(BUF as usize, &[0; HDR]).unwrap();
+    g.desc(2, d(BUF, HDR as u32, DESC_F_NEXT, 3));
+    g.desc(3, d(GPA2 + 0x100 + HDR as u64, 100, 0, 0));
+    g.offer(idx, 2);
+    idx += 1;
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "a frame across regions");
+    assert_eq!(b.got[frames].to_vec(), vec![0x21; 100]);
+    frames += 1;
+
+    // (b) The region removed: a chain into it is refused, never read (the file is cut to
+    // nothing, so a read through a mapping left behind would fault).
+    f.remove_mem_region(&reg2).unwrap();
+    fd2.set_len(0).unwrap();
+    g.offer(idx, 1);
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        0,
+        "a chain into the removed region"
+    );
+    assert_eq!(b.tp.port.bad_chains(), 1);
+    assert_eq!(
+        b.tp.port.last_bad_chain(),
+        Some(ChainError::Unmapped {
+            addr: GPA2 + 0x100,
+            len: bytes.len() as u32
+        })
+    );
+    assert_eq!(g.used_idx(), idx + 1, "handed back");
+    assert_eq!(g.used_elem_in(TXQ, idx), (1, 0), "unused");
+    idx += 1;
+    let (a, l) = g.frame(4, 60, 0x22);
+    g.desc(4, d(a, l, 0, 0));
+    g.offer(idx, 4);
+    idx += 1;
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        1,
+        "frames in region 1 go on"
+    );
+    assert_eq!(b.got[frames].to_vec(), vec![0x22; 60]);
+    frames += 1;
+
+    // (c) The region that holds the ring removed: acknowledged; the ring stops.
+    let reg1 = vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0,
+        memory_size: SIZE as u64,
+        userspace_addr: UVA,
+        mmap_offset: 0,
+        mmap_handle: g.fd.as_raw_fd(),
+    };
+    f.remove_mem_region(&reg1)
+        .expect("REM_MEM_REG of the ring's region is acknowledged");
+    assert!(!b.tp.port.link().up, "no ring runs: link down");
+    let (a, l) = g.frame(5, 60, 0x23);
+    g.desc(5, d(a, l, 0, 0));
+    g.offer(idx, 5);
+    for _ in 0..10 {
+        assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0, "the ring is stopped");
+    }
+    assert_eq!(g.used_idx(), idx, "the chain is left to the guest");
+    assert_eq!(b.tp.port.bad_chains(), 1);
+    assert_eq!(b.tp.port.broken_rings(), 0);
+    // The region comes back: the ring goes on where it stopped.
+    f.add_mem_region(&reg1).unwrap();
+    assert!(b.tp.port.link().up);
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "the waiting frame");
+    assert_eq!(b.got[frames].to_vec(), vec![0x23; 60]);
+    idx += 1;
+    assert_eq!(g.used_idx(), idx);
+    assert_eq!(f.get_vring_base(1).unwrap(), idx as u32);
+
+    // REM_MEM_REG of a region that is not there (any more): refused with a reason.
+    assert!(f.remove_mem_region(&reg2).is_err());
+    b.lost += 1;
+    let why = b.tp.wait_disconnects(b.lost);
+    assert!(
+        why.contains("no memory region at guest address 0x200000"),
+        "{why}"
+    );
+    b.next_is_served("after REM_MEM_REG of a missing region");
+
+    // ADD_MEM_REG past the slots announced, frames moving between the adds.
+    let g = Guest::new();
+    let mut f = mem_slots_frontend(&mut b, &g);
+    let max = f.get_max_mem_slots().unwrap();
+    let small = Region::memfd("hostile-memslots-s", 4096, false).unwrap();
+    let fds = std::fs::File::from(small.fd().unwrap().try_clone_to_owned().unwrap());
+    for i in 1..max {
+        f.add_mem_region(&slot_region(GPA2 + i * 0x10000, 4096, &fds))
+            .unwrap_or_else(|e| panic!("region {i} of {max}: {e}"));
+        // Avail entry i (the first frame was entry 0), descriptor i mod Q.
+        let (a, l) = g.frame(i % 8, 60, i as u8);
+        g.desc(i as u16 % Q, d(a, l, 0, 0));
+        g.offer(i as u16, i as u16 % Q);
+        let n = b.got.len();
+        assert_eq!(
+            b.rxq.rx_burst(&mut b.got, 32),
+            1,
+            "a frame after region {i}"
+        );
+        assert_eq!(b.got[n].to_vec(), vec![i as u8; 60]);
+    }
+    assert!(f
+        .add_mem_region(&slot_region(GPA2 + max * 0x10000, 4096, &fds))
+        .is_err());
+    b.lost += 1;
+    let why = b.tp.wait_disconnects(b.lost);
+    assert!(why.contains("more than the 32 supported"), "{why}");
+    b.next_is_served("after ADD_MEM_REG past the slots");
 }
