@@ -154,6 +154,19 @@ impl Device {
         self.install().map_err(|e| self.refuse(e))
     }
 
+    /// [`Device::install`] after ADD_MEM_REG or REM_MEM_REG, which are not refused for a ring
+    /// whose areas are no longer (or not yet again) in the table: the spec says the backend
+    /// must unmap a removed region, and QEMU replaces a region that changed with a REM_MEM_REG
+    /// then an ADD_MEM_REG while the rings run. Such a ring is taken from its queue (its
+    /// position read back) and stays stopped, the guest's chains untouched, until a region
+    /// holds its areas again; DPDK's vhost invalidates and re-translates its rings the same
+    /// way.
+    fn install_after_mem_slot_change(&mut self, what: &str) {
+        if let Err(e) = self.install() {
+            trace(format_args!("{what}: {e}: the ring waits for its memory"));
+        }
+    }
+
     /// A kick or call fd: it must be an eventfd (a pipe or a socket could block a reader).
     fn eventfd(
         &mut self,
@@ -634,7 +647,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             invalid("memory region refused")
         })?;
         self.mem = Some(Arc::new(table));
-        self.install_or_refuse()?;
+        self.install_after_mem_slot_change("add_mem_region");
         Ok(None)
     }
 
@@ -654,7 +667,8 @@ impl VhostUserBackendReqHandlerMut for Device {
             invalid("no such memory region")
         })?;
         self.mem = Some(Arc::new(table));
-        self.install_or_refuse()
+        self.install_after_mem_slot_change("remove_mem_region");
+        Ok(())
     }
 
     fn set_device_state_fd(

@@ -17,7 +17,8 @@ use common::*;
 use memnic_ethdev::{Mbuf, Port, RxQueue};
 use memnic_shm::Region;
 use memnic_vhost::chain::ChainError;
-use memnic_vhost::split::{DESC_F_NEXT, DESC_F_WRITE};
+use memnic_vhost::split::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
+use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
@@ -970,4 +971,608 @@ fn device_status_is_kept_reports_a_broken_ring_and_zero_keeps_the_memory() {
     raw.hello(0);
     raw.send(GET_STATUS, &[], &[]);
     b.refused("GET_STATUS without STATUS", raw, "invalid message");
+}
+
+// ---- packed rings, end to end ----
+
+/// A packed-ring frontend on the guest's tx virtqueue (our rx queue), with `features` besides
+/// RING_PACKED, its first frame through (so the ring is known to be running).
+fn packed_tx(
+    b: &mut Bench,
+    g: &Guest,
+    features: u64,
+) -> (vhost::vhost_user::Frontend, PackedDriver) {
+    let s = Setup {
+        reply_ack: false,
+        features: RING_PACKED | features,
+        vqs: vec![TXQ],
+        base: PACKED_START,
+    };
+    let f = connect(&b.tp.path, g, &b.kick, &s);
+    let mut drv = PackedDriver::new(TXQ);
+    let (a, l) = g.frame(0, 60, 0x11);
+    let head = drv.post(g, 1, &[(a, l, 0)]);
+    poll(&mut *b.rxq, &mut b.got, "the first packed frame", |v| {
+        v.len() == 1
+    });
+    assert_eq!(b.got[0].to_vec(), vec![0x11; 60]);
+    if features & IN_ORDER == 0 {
+        drv.assert_used(g, head, 1, 0, "the first packed frame");
+    }
+    (f, drv)
+}
+
+/// Hostile packed tx chains, each followed by a good frame: every bad chain is counted with
+/// its reason and handed back unused (length 0) at its head's slot, with its last slot's id,
+/// the used position moving past all its slots (the good frame after it is found and its slot
+/// handed back); no frame comes of it. A valid indirect table's frame arrives. Then a chain
+/// with NEXT on every slot: the ring is counted broken, nothing is handed back, it stays
+/// dropped until the frontend sets it up again where it stopped, and the next frontend is
+/// served.
+#[test]
+fn hostile_packed_tx_chains_are_refused_and_the_next_frame_arrives_whole() {
+    let mut b = Bench::new("hostile-packed-tx", Duration::from_secs(5));
+    let g = Guest::new();
+    let (f, mut drv) = packed_tx(&mut b, &g, INDIRECT_DESC);
+    let (a, l) = g.frame(0, 60, 0x22);
+    let table = BUF + 0x8000;
+    let far = 1u64 << 40;
+    const NEXT: u16 = DESC_F_NEXT;
+    const IND: u16 = DESC_F_INDIRECT;
+    let size = SIZE as u64;
+    type Case = (
+        &'static str,
+        Vec<(u64, u32, u16)>,
+        Vec<memnic_vhost::packed::PackedDesc>,
+        ChainError,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "a buffer outside every region",
+            vec![(far, l, 0)],
+            vec![],
+            ChainError::Unmapped { addr: far, len: l },
+        ),
+        (
+            "a buffer wrapping the address space",
+            vec![(u64::MAX - 15, 64, 0)],
+            vec![],
+            ChainError::Unmapped {
+                addr: u64::MAX - 15,
+                len: 64,
+            },
+        ),
+        (
+            "a buffer running off the end of guest memory",
+            vec![(a, l, NEXT), (size - 16, 64, 0)],
+            vec![],
+            ChainError::Unmapped {
+                addr: size - 16,
+                len: 64,
+            },
+        ),
+        (
+            "lengths whose sum overflows 32 bits",
+            vec![(a, l, NEXT), (a, u32::MAX - 8, NEXT), (a, l, 0)],
+            vec![],
+            ChainError::Overflow,
+        ),
+        (
+            "a chain shorter than the virtio-net header",
+            vec![(a, 5, NEXT), (a, 4, 0)],
+            vec![],
+            ChainError::ShortHeader(9),
+        ),
+        (
+            "a device-writable buffer in a tx chain",
+            vec![(a, l, DESC_F_WRITE)],
+            vec![],
+            ChainError::WrongDirection("device-writable"),
+        ),
+        (
+            "an indirect table of 20 bytes",
+            vec![(table, 20, IND)],
+            vec![],
+            ChainError::BadIndirectLen(20),
+        ),
+        (
+            "an indirect table longer than the queue",
+            vec![(table, 16 * (Q as u32 + 1), IND)],
+            vec![],
+            ChainError::BadIndirectLen(16 * (Q as u32 + 1)),
+        ),
+        (
+            "an indirect table outside memory",
+            vec![(far, 32, IND)],
+            vec![],
+            ChainError::Unmapped { addr: far, len: 32 },
+        ),
+        (
+            "an indirect descriptor with NEXT",
+            vec![(table, 16, IND | NEXT), (a, l, 0)],
+            vec![pd(a, l, 0, 0)],
+            ChainError::IndirectWithNext,
+        ),
+        (
+            "an indirect table inside an indirect table",
+            vec![(table, 32, IND)],
+            vec![pd(a, 12, 0, 0), pd(table, 32, 0, IND)],
+            ChainError::NestedIndirect,
+        ),
+        (
+            "an indirect table whose buffer is outside memory",
+            vec![(table, 32, IND)],
+            vec![pd(a, 12, 0, 0), pd(far, 60, 0, 0)],
+            ChainError::Unmapped { addr: far, len: 60 },
+        ),
+    ];
+    let mut bad = 0u64;
+    let mut frames = b.got.len();
+    for (k, (what, bufs, entries, want)) in cases.into_iter().enumerate() {
+        for (i, e) in entries.iter().enumerate() {
+            g.mem
+                .write_bytes((table + 16 * i as u64) as usize, &e.to_bytes())
+                .unwrap();
+        }
+        let id = 100 + k as u16;
+        let head = drv.post(&g, id, &bufs);
+        assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0, "{what}: no frame");
+        bad += 1;
+        assert_eq!(b.tp.port.bad_chains(), bad, "{what}: counted");
+        assert_eq!(b.rxq.stats().errors, bad, "{what}: a queue error");
+        assert_eq!(b.tp.port.last_bad_chain(), Some(want), "{what}: why");
+        drv.assert_used(&g, head, id, 0, what);
+
+        let fill = 0x30 + k as u8;
+        let (a2, l2) = g.frame(1, 60 + k, fill);
+        let head = drv.post(&g, 7, &[(a2, l2, 0)]);
+        assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "{what}: the next frame");
+        assert_eq!(b.got[frames].to_vec(), vec![fill; 60 + k], "{what}: whole");
+        frames += 1;
+        drv.assert_used(&g, head, 7, 0, what);
+    }
+
+    // A valid indirect table: header and frame in two of its entries.
+    let (a2, _) = g.frame(2, 100, 0x44);
+    for (i, e) in [pd(a2, HDR as u32, 0, 0), pd(a2 + HDR as u64, 100, 0, 0)]
+        .iter()
+        .enumerate()
+    {
+        g.mem
+            .write_bytes((table + 16 * i as u64) as usize, &e.to_bytes())
+            .unwrap();
+    }
+    let head = drv.post(&g, 8, &[(table, 32, IND)]);
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "a valid indirect table");
+    assert_eq!(b.got[frames].to_vec(), vec![0x44; 100]);
+    frames += 1;
+    drv.assert_used(&g, head, 8, 0, "a valid indirect table");
+    assert_eq!(b.tp.port.broken_rings(), 0);
+
+    // NEXT on every slot: no chain ends within the queue.
+    let start = (drv.idx, drv.wrap);
+    let at = drv.pos();
+    let head = drv.post(&g, 9, &vec![(a, l, NEXT); Q as usize]);
+    for _ in 0..5 {
+        assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0, "an endless chain");
+    }
+    assert_eq!(b.tp.port.broken_rings(), 1, "counted once, then left alone");
+    assert_eq!(b.tp.port.bad_chains(), bad, "not a bad chain: the ring");
+    drv.assert_avail(&g, head, "an endless chain is not handed back");
+    // Set up again where it stopped (the driver has made the chain end meanwhile).
+    let pos = f.get_vring_base(1).unwrap();
+    assert_eq!(pos & 0xffff, at as u32, "it stopped at the endless chain");
+    (drv.idx, drv.wrap) = start;
+    drv.take_back(&g, Q);
+    let head = drv.post(&g, 9, &[(a, l, 0)]);
+    f.set_vring_base(1, at).unwrap();
+    f.set_vring_kick(1, &b.kick).unwrap();
+    poll(&mut *b.rxq, &mut b.got, "the frame after set-up", |v| {
+        v.len() == frames + 1
+    });
+    assert_eq!(b.got[frames].to_vec(), vec![0x22; 60]);
+    drv.assert_used(&g, head, 9, 0, "after set-up");
+    drop(f);
+    b.lost += 1;
+    b.tp.wait_disconnects(b.lost);
+    b.next_is_served("after a broken packed ring");
+}
+
+/// The guest's packed rx virtqueue (our tx queue) with bad chains, with and without
+/// MRG_RXBUF: each is counted with its reason and handed back unused at its head's slot, the
+/// frame handed back to us; a good chain after each gets the frame whole (header with
+/// num_buffers 1, then the bytes). A chain that never ends breaks the ring.
+#[test]
+fn hostile_packed_rx_chains_are_refused_and_the_frame_goes_to_the_next_one() {
+    for mrg in [false, true] {
+        let tag = if mrg {
+            "hostile-prx-mrg"
+        } else {
+            "hostile-prx"
+        };
+        let mut b = Bench::new(tag, Duration::from_secs(5));
+        let pool = memnic_test_support::pool(&format!("{tag}-tx"), 64, 2048);
+        let mut txq = b.tp.port.take_tx_queue(0, &pool).unwrap();
+        let g = Guest::new();
+        let s = Setup {
+            reply_ack: false,
+            features: RING_PACKED | if mrg { MRG_RXBUF } else { 0 },
+            vqs: vec![RXQ, TXQ],
+            base: PACKED_START,
+        };
+        let f = connect(&b.tp.path, &g, &b.kick, &s);
+        wait_until("link up", || b.tp.port.link().up);
+        let frame = |fill: u8| {
+            let mut m = pool.alloc().unwrap();
+            m.append(100).unwrap().fill(fill);
+            vec![m]
+        };
+        let mut drv = PackedDriver::new(RXQ);
+        let room = BUF + 0x8000;
+        const W: u16 = DESC_F_WRITE;
+        let far = 1u64 << 40;
+        let mut cases = vec![
+            (
+                "a read-only buffer",
+                vec![(room, 2048, 0)],
+                ChainError::WrongDirection("device-readable"),
+            ),
+            (
+                "a read-only buffer after a writable one",
+                vec![(room, 1024, W | DESC_F_NEXT), (room + 1024, 1024, 0)],
+                ChainError::WrongDirection("device-readable"),
+            ),
+            (
+                "a buffer outside memory",
+                vec![(far, 2048, W)],
+                ChainError::Unmapped {
+                    addr: far,
+                    len: 2048,
+                },
+            ),
+            (
+                "a buffer wrapping the address space",
+                vec![(room, 16, W | DESC_F_NEXT), (u64::MAX - 7, 2048, W)],
+                ChainError::Unmapped {
+                    addr: u64::MAX - 7,
+                    len: 2048,
+                },
+            ),
+            ("a zero-length chain", vec![(room, 0, W)], ChainError::Empty),
+        ];
+        if !mrg {
+            // Without MRG_RXBUF a chain that holds only the header can never take a frame.
+            cases.push((
+                "a chain with room for the header only",
+                vec![(room, HDR as u32, W)],
+                ChainError::Empty,
+            ));
+        }
+        let mut bad = 0u64;
+        for (k, (what, bufs, want)) in cases.into_iter().enumerate() {
+            let id = 50 + k as u16;
+            let head = drv.post(&g, id, &bufs);
+            let mut pkts = frame(k as u8);
+            assert_eq!(txq.tx_burst(&mut pkts), 0, "{what}: not sent");
+            assert_eq!(pkts.len(), 1, "{what}: the frame is handed back");
+            bad += 1;
+            assert_eq!(b.tp.port.bad_chains(), bad, "{what}: counted");
+            assert_eq!(b.tp.port.last_bad_chain(), Some(want), "{what}: why");
+            drv.assert_used(&g, head, id, 0, what);
+
+            // The guest clears its buffer; a good chain gets the frame whole.
+            g.mem.write_bytes(room as usize, &[0xee; 2048]).unwrap();
+            let head = drv.post(&g, 7, &[(room, 2048, W)]);
+            assert_eq!(
+                txq.tx_burst(&mut pkts),
+                1,
+                "{what}: the next chain takes it"
+            );
+            assert!(pkts.is_empty());
+            drv.assert_used(&g, head, 7, (HDR + 100) as u32, what);
+            let mut got = vec![0u8; HDR + 100];
+            g.mem.read_bytes(room as usize, &mut got).unwrap();
+            let mut hdr = [0u8; HDR];
+            hdr[10] = 1; // num_buffers
+            assert_eq!(got[..HDR], hdr, "{what}: the header");
+            assert_eq!(got[HDR..], vec![k as u8; 100], "{what}: the frame");
+        }
+        assert_eq!(b.tp.port.broken_rings(), 0);
+
+        // NEXT on every slot: the ring is broken, nothing is written or handed back.
+        let head = drv.post(&g, 9, &vec![(room, 64, W | DESC_F_NEXT); Q as usize]);
+        let mut pkts = frame(9);
+        assert_eq!(txq.tx_burst(&mut pkts), 0, "an endless chain");
+        assert_eq!(pkts.len(), 1);
+        assert_eq!(b.tp.port.broken_rings(), 1);
+        assert_eq!(b.tp.port.bad_chains(), bad);
+        drv.assert_avail(&g, head, "an endless rx chain is not handed back");
+        assert_eq!(txq.tx_burst(&mut pkts), 0, "left alone");
+        assert_eq!(b.tp.port.broken_rings(), 1);
+        drop(f);
+        b.lost += 1;
+        b.tp.wait_disconnects(b.lost);
+        b.next_is_served(tag);
+        drop(txq);
+    }
+}
+
+/// IN_ORDER on a packed ring (2d326e1): a dequeue burst hands its run of tx chains back as
+/// one used descriptor, whose slots must stay within one lap. The driver here makes two
+/// chains that share slots: A takes slots 1-7, and B starts at slot 0 in the next lap and
+/// runs on through slots 1-7 again (walk_packed follows NEXT without looking at the slots'
+/// flags), so A and B together cover 15 slots, nearly two laps. Each burst stops at a lap: the
+/// first takes A alone (one used descriptor at slot 1), the second B, a whole lap (one at
+/// slot 0, in the next lap), the used position always a slot of the ring, nothing written
+/// past the descriptor area; then the ring runs on. (Before the fix the first burst took both and moved
+/// the used position to slot 8 of a ring of 8: the next burst panicked in a debug build and
+/// wrote past the ring in a release one.)
+#[test]
+fn a_packed_in_order_burst_stops_at_a_lap_when_chains_run_through_taken_slots() {
+    let mut b = Bench::new("hostile-packed-lap", Duration::from_secs(5));
+    let g = Guest::new();
+    // Bytes just past the descriptor area, which the device must never write.
+    let past = (TXQ.desc + 16 * Q as u64) as usize;
+    g.mem.write_bytes(past, &[0xcc; 128]).unwrap();
+    let (f, mut drv) = packed_tx(&mut b, &g, IN_ORDER);
+    drv.assert_used(&g, (0, true), 1, 0, "the first frame");
+    assert_eq!(drv.pos(), 0x8001);
+
+    // A: slots 1-7 of lap 1, its frame in slot 1, empty buffers after it.
+    let (fa, la) = g.frame(1, 60, 0xa1);
+    let mut a = vec![(fa, la, DESC_F_NEXT)];
+    a.extend(vec![(fa, 0, DESC_F_NEXT); 5]);
+    a.push((fa, 0, 0));
+    let head_a = drv.post(&g, 20, &a);
+    assert_eq!(head_a, (1, true));
+    // B: slot 0 of lap 2, chained on into slots 1-7 (A's, their flags those of lap 1).
+    let (fb, lb) = g.frame(2, 60, 0xb2);
+    let head_b = drv.post(&g, 21, &[(fb, lb, DESC_F_NEXT)]);
+    assert_eq!(head_b, (0, false));
+
+    let n = b.got.len();
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        1,
+        "the burst stops at a lap: A alone"
+    );
+    assert_eq!(b.got[n].to_vec(), vec![0xa1; 60]);
+    drv.assert_used(&g, head_a, 20, 0, "A: one descriptor for its 7 slots");
+    drv.assert_avail(&g, head_b, "B is still the driver's");
+    // Our used descriptor at slot 1 ended B there; the driver chains it on again, so B
+    // covers slots 0-7: exactly one lap, which one burst may take.
+    g.pdesc_in(TXQ, 1, pd(fa, la, 20, DESC_F_NEXT | avail_bits(true)));
+
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "B in the next burst");
+    let mut want = vec![0xb2; 60];
+    want.extend([0; HDR]);
+    want.extend([0xa1; 60]);
+    assert_eq!(
+        b.got[n + 1].to_vec(),
+        want,
+        "B: its buffer, then A's slots'"
+    );
+    // B ended at slot 7 (A's last slot): its id.
+    drv.assert_used(&g, head_b, 20, 0, "B: its used descriptor at slot 0, lap 2");
+    let mut after = [0u8; 128];
+    g.mem.read_bytes(past, &mut after).unwrap();
+    assert_eq!(
+        after, [0xcc; 128],
+        "nothing written past the descriptor area"
+    );
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0, "nothing more");
+    assert_eq!(b.tp.port.bad_chains(), 0);
+    assert_eq!(b.tp.port.broken_rings(), 0);
+
+    // The ring goes on: B's 8 slots took the position to slot 0 of lap 3. (The driver takes
+    // back slots 1-7, still marked available in lap 1 = lap 3 since A's and B's used
+    // descriptors went in slots 1 and 0.)
+    drv.idx = 0;
+    drv.wrap = true;
+    drv.take_back(&g, Q);
+    let (fc, lc) = g.frame(3, 60, 0xc3);
+    let head_c = drv.post(&g, 22, &[(fc, lc, 0)]);
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "the next frame");
+    assert_eq!(b.got[n + 2].to_vec(), vec![0xc3; 60]);
+    drv.assert_used(&g, head_c, 22, 0, "the next frame");
+    assert_eq!(f.get_vring_base(1).unwrap() & 0xffff, 0x8001);
+    drop(f);
+    b.lost += 1;
+    b.tp.wait_disconnects(b.lost);
+    b.next_is_served("after an in-order burst of two laps");
+}
+
+// ---- memory slots (ADD_MEM_REG / REM_MEM_REG) with traffic running ----
+
+/// A region for ADD_MEM_REG / REM_MEM_REG: `size` bytes of `fd` at guest address `gpa`.
+fn slot_region(gpa: u64, size: u64, fd: &std::fs::File) -> vhost::VhostUserMemoryRegionInfo {
+    vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: UVA + 0x1000_0000 + gpa,
+        mmap_offset: 0,
+        mmap_handle: fd.as_raw_fd(),
+    }
+}
+
+/// A frontend with REPLY_ACK and CONFIGURE_MEM_SLOTS on the guest's tx virtqueue (every
+/// request waits for our answer), its first frame through.
+fn mem_slots_frontend(b: &mut Bench, g: &Guest) -> vhost::vhost_user::Frontend {
+    let s = Setup {
+        reply_ack: true,
+        features: 0,
+        vqs: vec![TXQ],
+        base: 0,
+    };
+    let slots = vhost::vhost_user::message::VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+    let f = connect_with(&b.tp.path, g, &b.kick, &s, slots);
+    let (a, l) = g.frame(0, 60, 0x10);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    let n = b.got.len();
+    poll(&mut *b.rxq, &mut b.got, "the first frame", |v| {
+        v.len() == n + 1
+    });
+    f
+}
+
+/// Memory regions added and removed while a ring runs: (a) a frame whose buffer lives in an
+/// added region arrives whole (also one whose header and frame are in different regions);
+/// (b) once that region is removed (and its file truncated, so a read would fault) a chain
+/// pointing into it is refused, counted and handed back unused, and frames in the remaining
+/// region go on; (c) removing the region that holds the ring is acknowledged (the spec says
+/// the backend must unmap it, and QEMU sends REM_MEM_REG then ADD_MEM_REG when a region
+/// changes, rings running): the ring stops, link down, the guest's chain untouched, until
+/// the region comes back, when the ring goes on where it stopped. REM_MEM_REG of a region that
+/// does not exist is refused with a reason (the connection closed), and so is ADD_MEM_REG past
+/// the slots GET_MAX_MEM_SLOTS announced; the next frontend is served.
+#[test]
+fn memory_regions_added_and_removed_while_frames_move() {
+    let mut b = Bench::new("hostile-memslots", Duration::from_secs(5));
+    let g = Guest::new();
+    let mut f = mem_slots_frontend(&mut b, &g);
+    assert_eq!(f.get_max_mem_slots().unwrap(), 32);
+    let mut idx = 1u16;
+    let mut frames = b.got.len();
+
+    // (a) A region added while the ring runs: frames in it arrive.
+    // A plain file (a memfd is sealed against shrinking), unlinked at once.
+    let path = std::env::temp_dir().join(format!("memnic-memslots-{}", std::process::id()));
+    let fd2 = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    fd2.set_len(0x10000).unwrap();
+    let r2 = Region::from_fd(fd2.try_clone().unwrap().into(), 0x10000).unwrap();
+    const GPA2: u64 = 0x20_0000;
+    let reg2 = slot_region(GPA2, 0x10000, &fd2);
+    f.add_mem_region(&reg2).unwrap();
+    assert!(b.tp.port.link().up);
+    let mut bytes = vec![0u8; HDR + 100];
+    bytes[HDR..].fill(0x21);
+    r2.write_bytes(0x100, &bytes).unwrap();
+    g.desc(1, d(GPA2 + 0x100, bytes.len() as u32, 0, 0));
+    g.offer(idx, 1);
+    idx += 1;
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        1,
+        "a frame in the new region"
+    );
+    assert_eq!(b.got[frames].to_vec(), vec![0x21; 100]);
+    frames += 1;
+    // Header in the first region, frame in the new one.
+    g.mem.write_bytes(BUF as usize, &[0; HDR]).unwrap();
+    g.desc(2, d(BUF, HDR as u32, DESC_F_NEXT, 3));
+    g.desc(3, d(GPA2 + 0x100 + HDR as u64, 100, 0, 0));
+    g.offer(idx, 2);
+    idx += 1;
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "a frame across regions");
+    assert_eq!(b.got[frames].to_vec(), vec![0x21; 100]);
+    frames += 1;
+
+    // (b) The region removed: a chain into it is refused, never read (the file is cut to
+    // nothing, so a read through a mapping left behind would fault).
+    f.remove_mem_region(&reg2).unwrap();
+    fd2.set_len(0).unwrap();
+    g.offer(idx, 1);
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        0,
+        "a chain into the removed region"
+    );
+    assert_eq!(b.tp.port.bad_chains(), 1);
+    assert_eq!(
+        b.tp.port.last_bad_chain(),
+        Some(ChainError::Unmapped {
+            addr: GPA2 + 0x100,
+            len: bytes.len() as u32
+        })
+    );
+    assert_eq!(g.used_idx(), idx + 1, "handed back");
+    assert_eq!(g.used_elem_in(TXQ, idx), (1, 0), "unused");
+    idx += 1;
+    let (a, l) = g.frame(4, 60, 0x22);
+    g.desc(4, d(a, l, 0, 0));
+    g.offer(idx, 4);
+    idx += 1;
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        1,
+        "frames in region 1 go on"
+    );
+    assert_eq!(b.got[frames].to_vec(), vec![0x22; 60]);
+    frames += 1;
+
+    // (c) The region that holds the ring removed: acknowledged; the ring stops.
+    let reg1 = vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0,
+        memory_size: SIZE as u64,
+        userspace_addr: UVA,
+        mmap_offset: 0,
+        mmap_handle: g.fd.as_raw_fd(),
+    };
+    f.remove_mem_region(&reg1)
+        .expect("REM_MEM_REG of the ring's region is acknowledged");
+    assert!(!b.tp.port.link().up, "no ring runs: link down");
+    let (a, l) = g.frame(5, 60, 0x23);
+    g.desc(5, d(a, l, 0, 0));
+    g.offer(idx, 5);
+    for _ in 0..10 {
+        assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0, "the ring is stopped");
+    }
+    assert_eq!(g.used_idx(), idx, "the chain is left to the guest");
+    assert_eq!(b.tp.port.bad_chains(), 1);
+    assert_eq!(b.tp.port.broken_rings(), 0);
+    // The region comes back: the ring goes on where it stopped.
+    f.add_mem_region(&reg1).unwrap();
+    assert!(b.tp.port.link().up);
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 1, "the waiting frame");
+    assert_eq!(b.got[frames].to_vec(), vec![0x23; 60]);
+    idx += 1;
+    assert_eq!(g.used_idx(), idx);
+    assert_eq!(f.get_vring_base(1).unwrap(), idx as u32);
+
+    // REM_MEM_REG of a region that is not there (any more): refused with a reason.
+    assert!(f.remove_mem_region(&reg2).is_err());
+    b.lost += 1;
+    let why = b.tp.wait_disconnects(b.lost);
+    assert!(
+        why.contains("no memory region at guest address 0x200000"),
+        "{why}"
+    );
+    b.next_is_served("after REM_MEM_REG of a missing region");
+
+    // ADD_MEM_REG past the slots announced, frames moving between the adds.
+    let g = Guest::new();
+    let mut f = mem_slots_frontend(&mut b, &g);
+    let max = f.get_max_mem_slots().unwrap();
+    let small = Region::memfd("hostile-memslots-s", 4096, false).unwrap();
+    let fds = std::fs::File::from(small.fd().unwrap().try_clone_to_owned().unwrap());
+    for i in 1..max {
+        f.add_mem_region(&slot_region(GPA2 + i * 0x10000, 4096, &fds))
+            .unwrap_or_else(|e| panic!("region {i} of {max}: {e}"));
+        // Avail entry i (the first frame was entry 0), descriptor i mod Q.
+        let (a, l) = g.frame(i % 8, 60, i as u8);
+        g.desc(i as u16 % Q, d(a, l, 0, 0));
+        g.offer(i as u16, i as u16 % Q);
+        let n = b.got.len();
+        assert_eq!(
+            b.rxq.rx_burst(&mut b.got, 32),
+            1,
+            "a frame after region {i}"
+        );
+        assert_eq!(b.got[n].to_vec(), vec![i as u8; 60]);
+    }
+    assert!(f
+        .add_mem_region(&slot_region(GPA2 + max * 0x10000, 4096, &fds))
+        .is_err());
+    b.lost += 1;
+    let why = b.tp.wait_disconnects(b.lost);
+    assert!(why.contains("more than the 32 supported"), "{why}");
+    b.next_is_served("after ADD_MEM_REG past the slots");
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use memnic_ethdev::{Mbuf, RxQueue};
 use memnic_shm::Region;
+use memnic_vhost::packed::{PackedDesc, DESC_F_AVAIL, DESC_F_USED};
 use memnic_vhost::split::Desc;
 use memnic_vhost::{VhostConfig, VhostPort};
 use vhost::vhost_user::message::{VhostUserHeaderFlag, VhostUserProtocolFeatures};
@@ -27,8 +28,13 @@ pub const BUF: u64 = 0x10000;
 pub const VERSION_1: u64 = 1 << 32;
 pub const PROTOCOL_FEATURES: u64 = 1 << 30;
 pub const MRG_RXBUF: u64 = 1 << 15;
+pub const INDIRECT_DESC: u64 = 1 << 28;
+pub const RING_PACKED: u64 = 1 << 34;
+pub const IN_ORDER: u64 = 1 << 35;
 /// virtio-net header bytes with VERSION_1.
 pub const HDR: usize = 12;
+/// A packed ring's first position (SET_VRING_BASE): slot 0, wrap counter 1.
+pub const PACKED_START: u16 = 0x8000;
 
 /// Where a virtqueue's three areas are (guest-physical; the frontend adds `UVA`).
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +108,25 @@ impl Guest {
             self.mem.u32(at + 4).load(Relaxed),
         )
     }
+    /// Packed slot `i` of `vq`, written as a driver makes a descriptor available: address,
+    /// length and id first, the flags last with a Release store.
+    pub fn pdesc_in(&self, vq: Vq, i: u16, d: PackedDesc) {
+        let at = (vq.desc + 16 * i as u64) as usize;
+        self.mem.write_bytes(at, &d.to_bytes()[..14]).unwrap();
+        self.mem.u16(at + 14).store(d.flags, Release);
+    }
+    /// Packed slot `i` of `vq` as it is now (the driver reads the used slots the device wrote).
+    pub fn pslot_in(&self, vq: Vq, i: u16) -> PackedDesc {
+        let at = (vq.desc + 16 * i as u64) as usize;
+        // Acquire: pairs with the device's Release store of the slot's flags.
+        let flags = self.mem.u16(at + 14).load(Acquire);
+        let mut b = [0u8; 16];
+        self.mem.read_bytes(at, &mut b).unwrap();
+        PackedDesc {
+            flags,
+            ..PackedDesc::parse(&b)
+        }
+    }
     /// A tx frame at `BUF + slot * 0x1000`: a zero header, then `len` bytes of `fill`.
     pub fn frame(&self, slot: u64, len: usize, fill: u8) -> (u64, u32) {
         let at = BUF + slot * 0x1000;
@@ -145,6 +170,17 @@ pub fn frontend(path: &str, g: &Guest, kick: &EventFd, reply_ack: bool) -> Front
 }
 
 pub fn connect(path: &str, g: &Guest, kick: &EventFd, s: &Setup) -> Frontend {
+    connect_with(path, g, kick, s, VhostUserProtocolFeatures::empty())
+}
+
+/// [`connect`], negotiating `protocol` beside REPLY_ACK (with `reply_ack`).
+pub fn connect_with(
+    path: &str,
+    g: &Guest,
+    kick: &EventFd,
+    s: &Setup,
+    protocol: VhostUserProtocolFeatures,
+) -> Frontend {
     let mut f = Frontend::connect(path, 2).unwrap();
     f.set_owner().unwrap();
     assert!(f.get_features().unwrap() & VERSION_1 != 0);
@@ -152,8 +188,8 @@ pub fn connect(path: &str, g: &Guest, kick: &EventFd, s: &Setup) -> Frontend {
         f.set_features(VERSION_1 | PROTOCOL_FEATURES | s.features)
             .unwrap();
         let p = f.get_protocol_features().unwrap();
-        assert!(p.contains(VhostUserProtocolFeatures::REPLY_ACK));
-        f.set_protocol_features(VhostUserProtocolFeatures::REPLY_ACK)
+        assert!(p.contains(VhostUserProtocolFeatures::REPLY_ACK | protocol));
+        f.set_protocol_features(VhostUserProtocolFeatures::REPLY_ACK | protocol)
             .unwrap();
         f.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
     } else {
@@ -198,6 +234,117 @@ pub fn d(addr: u64, len: u32, flags: u16, next: u16) -> Desc {
         len,
         flags,
         next,
+    }
+}
+
+/// A packed descriptor.
+pub fn pd(addr: u64, len: u32, id: u16, flags: u16) -> PackedDesc {
+    PackedDesc {
+        addr,
+        len,
+        id,
+        flags,
+    }
+}
+
+/// The AVAIL/USED bits of a slot the driver makes available in the lap whose wrap counter is
+/// `wrap`.
+pub fn avail_bits(wrap: bool) -> u16 {
+    if wrap {
+        DESC_F_AVAIL
+    } else {
+        DESC_F_USED
+    }
+}
+
+/// The AVAIL/USED bits of a slot the device handed back as used in the lap `wrap`.
+pub fn used_bits(wrap: bool) -> u16 {
+    if wrap {
+        DESC_F_AVAIL | DESC_F_USED
+    } else {
+        0
+    }
+}
+
+/// A packed-ring driver that writes whatever it is told: where its next chain goes (slot and
+/// wrap counter) on virtqueue `vq` of `Q` slots.
+#[derive(Debug, Clone, Copy)]
+pub struct PackedDriver {
+    pub vq: Vq,
+    pub idx: u16,
+    pub wrap: bool,
+}
+
+impl PackedDriver {
+    /// At the ring's first position (slot 0, wrap counter 1: [`PACKED_START`]).
+    pub fn new(vq: Vq) -> PackedDriver {
+        PackedDriver {
+            vq,
+            idx: 0,
+            wrap: true,
+        }
+    }
+
+    /// The driver's position as SET/GET_VRING_BASE carry it.
+    pub fn pos(&self) -> u16 {
+        self.idx | if self.wrap { 0x8000 } else { 0 }
+    }
+
+    /// Makes a chain available: one slot per `(addr, len, flags)`, the flags as given (NEXT
+    /// included: the caller decides where the chain ends, or that it never does) plus the
+    /// AVAIL/USED bits of each slot's lap, every slot with buffer id `id`; the head's flags
+    /// are written last. Returns the head's slot and lap; the driver moves past the chain.
+    pub fn post(&mut self, g: &Guest, id: u16, bufs: &[(u64, u32, u16)]) -> (u16, bool) {
+        let head = (self.idx, self.wrap);
+        for (k, &(addr, len, flags)) in bufs.iter().enumerate().rev() {
+            let (i, wrap) = self.at(k as u16);
+            g.pdesc_in(self.vq, i, pd(addr, len, id, flags | avail_bits(wrap)));
+        }
+        (self.idx, self.wrap) = self.at(bufs.len() as u16);
+        head
+    }
+
+    /// Takes back the `n` slots from the driver's position: each as the device left it a lap
+    /// before (used, so not available in its lap).
+    pub fn take_back(&self, g: &Guest, n: u16) {
+        for k in 0..n {
+            let (i, wrap) = self.at(k);
+            g.pdesc_in(self.vq, i, pd(0, 0, 0, used_bits(!wrap)));
+        }
+    }
+
+    /// The slot and lap `n` slots on.
+    pub fn at(&self, n: u16) -> (u16, bool) {
+        let i = self.idx as u32 + n as u32;
+        let laps = i / Q as u32;
+        ((i % Q as u32) as u16, self.wrap ^ (laps % 2 == 1))
+    }
+
+    /// Asserts that the device handed back slot `slot` (in lap `wrap`) as used, with buffer
+    /// `id` and `len` bytes written.
+    pub fn assert_used(&self, g: &Guest, (slot, wrap): (u16, bool), id: u16, len: u32, what: &str) {
+        let s = g.pslot_in(self.vq, slot);
+        assert_eq!(
+            s.flags & (DESC_F_AVAIL | DESC_F_USED),
+            used_bits(wrap),
+            "{what}: slot {slot} used in lap {wrap} (flags {:#x})",
+            s.flags
+        );
+        assert_eq!(
+            (s.id, s.len),
+            (id, len),
+            "{what}: slot {slot}'s id and length"
+        );
+    }
+
+    /// Asserts that slot `slot` is still the driver's: available in lap `wrap`, not used.
+    pub fn assert_avail(&self, g: &Guest, (slot, wrap): (u16, bool), what: &str) {
+        let f = g.pslot_in(self.vq, slot).flags;
+        assert_eq!(
+            f & (DESC_F_AVAIL | DESC_F_USED),
+            avail_bits(wrap),
+            "{what}: slot {slot} still available (flags {f:#x})"
+        );
     }
 }
 
