@@ -77,13 +77,32 @@ pub struct PackedCursor {
     wrap: bool,
 }
 
-/// Where the next used entry goes; the burst's first entry's flags wait for `publish`, so the
-/// driver sees the whole burst at once.
+/// Where the next used entry goes, and the burst's used entries not yet written: they wait for
+/// `publish` (or a full shadow), which writes them together, ids and lengths first, then the
+/// flags, the burst's first entry's last, so the driver sees the whole burst at once. Written
+/// together, each cache line of the ring goes to our core once; written one by one between
+/// the frames' copies, a line the driver polls goes back and forth once per entry.
 #[derive(Debug)]
 pub struct PackedUsed {
     at: PackedCursor,
+    /// The burst's first entry: its slot and flags, stored last.
     head: Option<(u16, u16)>,
+    shadow: [UsedEntry; SHADOW],
+    n: usize,
 }
+
+/// A used entry waiting in the shadow: its slot, buffer id, length and flags.
+#[derive(Debug, Clone, Copy, Default)]
+struct UsedEntry {
+    slot: u16,
+    id: u16,
+    len: u32,
+    flags: u16,
+}
+
+/// Used entries a burst keeps before it writes them: a burst of frames that take one chain
+/// each (a longer burst writes them 32 at a time).
+const SHADOW: usize = 32;
 
 impl PackedRing {
     /// Locates the areas of a ring of `size` slots (any size from 1 to 32768: packed rings
@@ -158,6 +177,27 @@ impl PackedRing {
         }
     }
 
+    /// Writes the shadow's entries into their slots: ids and lengths, then every flag but the
+    /// burst head's (which [`Vring::publish`] stores last).
+    #[inline(always)]
+    fn write_used(&self, u: &mut PackedUsed) {
+        let m = &self.desc.map;
+        let head = u.head.map(|(idx, _)| idx);
+        for e in &u.shadow[..u.n] {
+            let off = self.slot_off(e.slot);
+            m.u32(off + 8).store(e.len, Relaxed);
+            m.u16(off + 12).store(e.id, Relaxed);
+        }
+        for e in &u.shadow[..u.n] {
+            if Some(e.slot) != head {
+                // Release: pairs with the driver's read barrier after it sees a used slot; the
+                // entry's id and length, and the bytes written into its buffers, come first.
+                m.u16(self.slot_off(e.slot) + 14).store(e.flags, Release);
+            }
+        }
+        u.n = 0;
+    }
+
     /// The driver's event suppression area: (off_wrap, flags). Relaxed: read after
     /// `notify_fence`.
     #[inline(always)]
@@ -226,6 +266,8 @@ impl Vring for PackedRing {
         PackedUsed {
             at: self.cursor(pos).expect("packed cursors never fail"),
             head: None,
+            shadow: [UsedEntry::default(); SHADOW],
+            n: 0,
         }
     }
 
@@ -234,15 +276,11 @@ impl Vring for PackedRing {
         pos_of(u.at)
     }
 
-    /// The entry goes in the slot where the chain started (in order, as we copy): its id and
-    /// length Relaxed, its flags (AVAIL and USED both equal to our wrap counter, WRITE when we
-    /// wrote into it) Release, so the driver that sees the flags sees the rest and the buffer.
+    /// The entry goes in the slot where the chain started (in order, as we copy), with AVAIL
+    /// and USED both equal to our wrap counter and WRITE when we wrote into it; it waits in the
+    /// shadow until [`Vring::publish`].
     #[inline(always)]
     fn put_used(&self, u: &mut PackedUsed, chain: Chain, len: u32) {
-        let off = self.slot_off(u.at.idx);
-        let m = &self.desc.map;
-        m.u32(off + 8).store(len, Relaxed);
-        m.u16(off + 12).store(chain.id, Relaxed);
         let mut flags = if u.at.wrap {
             DESC_F_AVAIL | DESC_F_USED
         } else {
@@ -251,11 +289,17 @@ impl Vring for PackedRing {
         if len > 0 {
             flags |= crate::split::DESC_F_WRITE;
         }
-        match u.head {
-            None => u.head = Some((u.at.idx, flags)),
-            // Release: pairs with the driver's read barrier after it sees a used slot.
-            Some(_) => m.u16(off + 14).store(flags, Release),
+        if u.n == SHADOW {
+            self.write_used(u);
         }
+        u.shadow[u.n] = UsedEntry {
+            slot: u.at.idx,
+            id: chain.id,
+            len,
+            flags,
+        };
+        u.n += 1;
+        u.head.get_or_insert((u.at.idx, flags));
         u.at = self.advance(u.at, chain.descs);
     }
 
@@ -271,6 +315,7 @@ impl Vring for PackedRing {
 
     #[inline(always)]
     fn publish(&self, u: &mut PackedUsed) {
+        self.write_used(u);
         if let Some((idx, flags)) = u.head.take() {
             // Release: pairs with the driver's read barrier after it sees this slot used; the
             // burst's other entries and every byte written into its buffers come first.
