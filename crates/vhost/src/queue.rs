@@ -379,8 +379,8 @@ fn read_frame(
 /// Our tx queue: the guest's rx virtqueue.
 pub struct VhostTxQueue {
     core: Core,
-    /// With MRG_RXBUF: the pieces of a frame's first chain (its header goes there last).
-    first: Vec<Piece>,
+    /// With MRG_RXBUF: the chains of a frame that spans several.
+    spans: Vec<Span>,
 }
 
 impl VhostTxQueue {
@@ -392,7 +392,7 @@ impl VhostTxQueue {
     ) -> Self {
         VhostTxQueue {
             core: Core::new(gate, slot, cache, cell),
-            first: Vec::new(),
+            spans: Vec::new(),
         }
     }
 }
@@ -404,8 +404,8 @@ impl TxQueue for VhostTxQueue {
             return 0;
         }
         let c = q.conn.as_ref().expect("entered");
-        let first = &mut self.first;
-        let (sent, r) = on_ring!(&c.ring, r => enqueue(r, c, &mut q.s, &q.slot, first, pkts));
+        let spans = &mut self.spans;
+        let (sent, r) = on_ring!(&c.ring, r => enqueue(r, c, &mut q.s, &q.slot, spans, pkts));
         if let Err(b) = r {
             q.broken(b);
         }
@@ -439,7 +439,7 @@ fn enqueue<V: Vring>(
     c: &VringConn,
     s: &mut State,
     slot: &VringSlot,
-    first: &mut Vec<Piece>,
+    spans: &mut Vec<Span>,
     pkts: &[Mbuf],
 ) -> (usize, Result<(), Broken>) {
     let mut cur = match r.cursor(s.last_avail) {
@@ -493,7 +493,16 @@ fn enqueue<V: Vring>(
         // The next frame needs more than one chain, or its chain is short, bad or missing.
         let m = &pkts[sent];
         let w = if c.mrg_rxbuf {
-            write_merged(r, c, &mut cur, &mut used, m, &mut s.pieces, first)
+            write_merged(
+                r,
+                c,
+                &mut cur,
+                &mut used,
+                m,
+                &mut s.pieces,
+                &mut s.batch,
+                spans,
+            )
         } else {
             write_one(r, c, &mut cur, &mut used, m, &mut s.pieces)
         };
@@ -648,7 +657,10 @@ fn write_one<V: Vring>(
 }
 
 /// With MRG_RXBUF: the frame spans as many chains as it needs; the first holds the header,
-/// whose num_buffers says how many.
+/// whose num_buffers says how many. Each chain is walked once and its pieces kept in `batch`
+/// until the frame is known to fit, so the count and the bytes written are those of the very
+/// chains we checked, whatever the guest writes into its ring meanwhile.
+#[allow(clippy::too_many_arguments)]
 fn write_merged<V: Vring>(
     r: &V,
     c: &VringConn,
@@ -656,74 +668,67 @@ fn write_merged<V: Vring>(
     used: &mut V::Used,
     m: &Mbuf,
     pieces: &mut Vec<Piece>,
-    first: &mut Vec<Piece>,
+    batch: &mut Vec<Piece>,
+    spans: &mut Vec<Span>,
 ) -> Written {
     let need = c.hdr_len + m.len();
-    // The common case: the first chain holds the whole frame (one walk, as without
-    // MRG_RXBUF).
+    batch.clear();
+    spans.clear();
+    let mut room = 0;
     let mut look = *cur;
-    if let Next::Chain(chain, Ok(total)) = r.next(&c.mem, &mut look, Dir::Writable, pieces) {
-        if total as usize >= need {
-            write_header(&c.mem, pieces, &rx_header(c.hdr_len, 1)[..c.hdr_len]);
-            write_pieces(&c.mem, pieces, c.hdr_len, m, 0, m.len());
-            r.put_used(used, chain, need as u32);
-            *cur = look;
-            return Written::Chains(1);
-        }
-    }
-    let mut done = 0; // bytes of header + frame placed
-    let mut n: u16 = 0;
-    // First pass: check the chains and add up their room, so a frame that does not fit
-    // consumes none.
-    let mut look = *cur;
-    while done < need {
+    while room < need {
         match r.next(&c.mem, &mut look, Dir::Writable, pieces) {
             Next::Empty => return Written::NoRoom,
             Next::Broken(b) => return Written::Broken(b),
-            Next::Chain(_, Ok(t)) if t > 0 => {
-                done += t as usize;
-                n += 1;
+            Next::Chain(chain, Ok(total)) if total > 0 => {
+                let start = batch.len() as u32;
+                batch.extend_from_slice(pieces);
+                spans.push(Span {
+                    chain,
+                    start,
+                    end: batch.len() as u32,
+                    total,
+                });
+                room += total as usize;
             }
             Next::Chain(chain, walked) => {
-                if n == 0 {
+                if spans.is_empty() {
                     r.put_used(used, chain, 0);
                     *cur = look;
                     return Written::Bad(walked.err().unwrap_or(ChainError::Empty));
                 }
-                // A bad chain behind good ones: write what fits before it next time.
+                // A bad chain behind good ones: the frame waits (the good chains stay the
+                // guest's, and the bad one is returned once it is first in line).
                 return Written::NoRoom;
             }
         }
     }
-    // Second pass: write. (The guest could rewrite its ring between the passes; a chain that
-    // walks differently now just gets fewer bytes, or none: every write is still checked.)
     let mut from = 0;
-    let mut k: u16 = 0;
-    while k < n {
-        let (chain, walked) = match r.next(&c.mem, cur, Dir::Writable, pieces) {
-            Next::Chain(chain, walked) => (chain, walked),
-            Next::Empty | Next::Broken(_) => break,
+    for (k, sp) in spans.iter().enumerate() {
+        let ps = &batch[sp.start as usize..sp.end as usize];
+        let at = if k == 0 {
+            c.hdr_len.min(sp.total as usize)
+        } else {
+            0
         };
-        let Ok(total) = walked else {
-            r.put_used(used, chain, 0);
-            k += 1;
-            continue;
-        };
-        let mut at = 0;
-        if k == 0 {
-            first.clear();
-            first.extend_from_slice(pieces);
-            write_header(&c.mem, first, &rx_header(c.hdr_len, n)[..c.hdr_len]);
-            at = c.hdr_len.min(total as usize);
-        }
-        let len = (total as usize - at).min(m.len() - from);
-        let wrote = write_pieces(&c.mem, pieces, at, m, from, len);
+        let len = (sp.total as usize - at).min(m.len() - from);
+        let wrote = write_pieces(&c.mem, ps, at, m, from, len);
         from += wrote;
-        r.put_used(used, chain, (at + wrote) as u32);
-        k += 1;
+        r.put_used(used, sp.chain, (at + wrote) as u32);
     }
-    if k == 0 {
-        return Written::NoRoom;
-    }
-    Written::Chains(k)
+    let n = spans.len() as u16;
+    let first = &spans[0];
+    let ps = &batch[first.start as usize..first.end as usize];
+    write_header(&c.mem, ps, &rx_header(c.hdr_len, n)[..c.hdr_len]);
+    *cur = look;
+    Written::Chains(n)
+}
+
+/// One rx chain of a frame that spans several: its pieces in the burst's `batch`.
+#[derive(Clone, Copy)]
+struct Span {
+    chain: crate::vring::Chain,
+    start: u32,
+    end: u32,
+    total: u32,
 }
