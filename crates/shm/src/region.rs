@@ -399,6 +399,46 @@ impl Region {
         )
     }
 
+    /// [`Region::from_fd`] without keeping the fd: the mapping alone holds the peer's file, so
+    /// once [released](Self::release) (or dropped) nothing of ours keeps the file's memory
+    /// alive (a vhost-user frontend's guest memory).
+    pub fn from_fd_mapping_only(fd: OwnedFd, len: usize) -> Result<Region> {
+        let mut r = Region::from_fd(fd, len)?;
+        r.fd = None;
+        Ok(r)
+    }
+
+    /// Lets go of the memory behind the mapping while the mapping stays: the range is mapped
+    /// anew as private zero pages, so the peer's file is no longer held by it (its memory is
+    /// freed once the peer lets go too), while an access that still comes, from a holder that
+    /// has not yet dropped its `Arc`, reads zeros and writes into memory no one sees, and never
+    /// faults. For a peer that is gone (a vhost-user frontend that disconnected, a memory
+    /// region it removed), once every data path has been told to let go of the region.
+    pub fn release(&self) -> Result<()> {
+        // SAFETY: [base, base + extent) is this Region's own mapping; mapping private zero
+        // pages over it with MAP_FIXED keeps every address of it valid and readable and
+        // writable, as it was, and no Rust reference to plain data in it exists (atomics and
+        // copies only), so no reader can tell but by the values.
+        let p = unsafe {
+            libc::mmap(
+                self.base.as_ptr().cast(),
+                self.extent,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ShmError::Io {
+                op: "release",
+                what: "a peer's mapping".into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
     /// Length of the mapping in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -200,13 +200,23 @@ impl Device {
                 ..Vring::default()
             };
         }
-        self.mem = None;
+        let old = self.mem.take();
         self.acked = 0;
         self.features_set = false;
         self.status = 0;
         self.broken_at_reset = self.broken_rings();
         // No ring is started now, so none can fail to be set up.
         let _ = self.install();
+        self.release(old);
+    }
+
+    /// After [`Device::install`] put the queues on the table now in force: lets go of the
+    /// memory of the `old` table's regions that it does not share (the queues reload their
+    /// rings before they look again).
+    fn release(&self, old: Option<Arc<MemTable>>) {
+        if let Some(old) = old {
+            old.release_regions_not_in(self.mem.as_deref());
+        }
     }
 
     /// Gives each queue its ring as the state now says, with the queues out of their bursts.
@@ -437,8 +447,10 @@ impl VhostUserBackendReqHandlerMut for Device {
             self.last_error = Some(e.to_string());
             invalid("memory table refused")
         })?;
-        self.mem = Some(Arc::new(table));
-        self.install_or_refuse()?;
+        let old = self.mem.replace(Arc::new(table));
+        let installed = self.install_or_refuse();
+        self.release(old);
+        installed?;
         Ok(None)
     }
 
@@ -646,6 +658,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             self.last_error = Some(e.to_string());
             invalid("memory region refused")
         })?;
+        // Every region of the old table is in the new one.
         self.mem = Some(Arc::new(table));
         self.install_after_mem_slot_change("add_mem_region");
         Ok(None)
@@ -666,8 +679,9 @@ impl VhostUserBackendReqHandlerMut for Device {
             self.last_error = Some(e.to_string());
             invalid("no such memory region")
         })?;
-        self.mem = Some(Arc::new(table));
+        let old = self.mem.replace(Arc::new(table));
         self.install_after_mem_slot_change("remove_mem_region");
+        self.release(old);
         Ok(())
     }
 

@@ -79,7 +79,8 @@ impl GuestRegion {
         uva.checked_add(size - 1).ok_or_else(wraps)?;
         let len = offset.checked_add(size).ok_or_else(wraps)?;
         let len = usize::try_from(len).map_err(|_| wraps())?;
-        let map = Region::from_fd(fd, len).map_err(|source| MemError::Map { gpa, source })?;
+        let map = Region::from_fd_mapping_only(fd, len)
+            .map_err(|source| MemError::Map { gpa, source })?;
         Ok(GuestRegion {
             desc,
             map: Arc::new(map),
@@ -246,6 +247,22 @@ impl MemTable {
             len -= n;
         }
         true
+    }
+
+    /// Lets go of the guest memory behind each region of this table that `now` does not
+    /// share ([`Region::release`]): for a table the device replaced or dropped, once the
+    /// queues were told to let go of it (the gate's reset), so that a queue that is not polled
+    /// again for a long time does not keep a dead frontend's memory mapped. A queue that still
+    /// looks before it reloads reads zeros, never a fault.
+    pub fn release_regions_not_in(&self, now: Option<&MemTable>) {
+        for r in &self.regions {
+            let kept = now.is_some_and(|t| t.regions.iter().any(|n| Arc::ptr_eq(&n.map, &r.map)));
+            if !kept {
+                if let Err(e) = r.map.release() {
+                    crate::device::trace(format_args!("releasing a memory region: {e}"));
+                }
+            }
+        }
     }
 
     /// Whether the frontend shrank any region's file under us.

@@ -267,3 +267,44 @@ fn set_vring_enable_before_set_features_is_accepted_and_acknowledged() {
     drop(s);
     drop(tp);
 }
+
+/// A frontend that leaves while our queues are not polled (forwarding stopped, say) does not
+/// keep its guest memory mapped here until a queue's next burst: the port lets go of it when
+/// the connection ends. The queue, polled afterwards, finds no ring (and does not fault).
+#[test]
+fn a_departed_frontends_memory_is_let_go_without_a_burst() {
+    let mut tp = TestPort::new("fe-release", |_| {});
+    let path = tp.path.clone();
+    let pool = memnic_test_support::pool("fe-release", 256, 2048);
+    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&path, &g, &kick, false);
+    wait_until("link up", || tp.port.link().up);
+    // A frame moves, so the queue holds this frontend's ring and memory.
+    let (a, l) = g.frame(0, 60, 0x5a);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "a frame", |v| v.len() == 1);
+    assert_eq!(
+        guest_mappings(),
+        2,
+        "the test's mapping of the guest memory, and ours"
+    );
+
+    drop(f);
+    tp.wait_disconnects(1);
+    assert_eq!(guest_mappings(), 1, "only the test's own mapping is left");
+    got.clear();
+    assert_eq!(rxq.rx_burst(&mut got, 32), 0);
+}
+
+/// Mappings of the guest memory's memfd in this process (`/proc/self/maps`).
+fn guest_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("memfd:fe-guest"))
+        .count()
+}
