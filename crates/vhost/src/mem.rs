@@ -44,6 +44,8 @@ pub enum MemError {
     Wraps { gpa: u64, size: u64, offset: u64 },
     #[error("memory regions at guest addresses {0:#x} and {1:#x} overlap")]
     Overlap(u64, u64),
+    #[error("memory regions at frontend addresses {0:#x} and {1:#x} overlap")]
+    UvaOverlap(u64, u64),
     #[error("no memory region at guest address {0:#x}")]
     NotFound(u64),
     #[error("memory region at guest address {gpa:#x}: {source}")]
@@ -148,6 +150,19 @@ impl MemTable {
             // a.gpa + a.size - 1 does not wrap (checked when mapped).
             if a.guest_phys_addr + (a.memory_size - 1) >= b.guest_phys_addr {
                 return Err(MemError::Overlap(a.guest_phys_addr, b.guest_phys_addr));
+            }
+        }
+        // Nor may the frontend's addresses of two regions overlap: ring areas are found by
+        // them (SET_VRING_ADDR), and an address in two regions would mean two places.
+        for (i, a) in regions.iter().enumerate() {
+            for b in &regions[i + 1..] {
+                let (a, b) = (&a.desc, &b.desc);
+                // uva + size - 1 does not wrap (checked when mapped).
+                if a.userspace_addr <= b.userspace_addr + (b.memory_size - 1)
+                    && b.userspace_addr <= a.userspace_addr + (a.memory_size - 1)
+                {
+                    return Err(MemError::UvaOverlap(a.userspace_addr, b.userspace_addr));
+                }
             }
         }
         Ok(MemTable { regions })

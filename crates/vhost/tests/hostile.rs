@@ -482,6 +482,15 @@ fn bad_memory_tables_are_refused_and_the_next_frontend_is_served() {
             }),
         ),
         (
+            "regions apart in the guest but overlapping at the frontend's addresses",
+            "frontend addresses 0x700000000000 and 0x700000080000 overlap",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(2, &[(0, S, UVA, 0), (4 * S, S, UVA + S / 2, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd(), g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
             "mmap_offset past the fd's size",
             "fd is 1048576 bytes, but 2097152 bytes are needed",
             Box::new(|r, g| {
