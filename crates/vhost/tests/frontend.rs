@@ -288,23 +288,26 @@ fn a_departed_frontends_memory_is_let_go_without_a_burst() {
     let mut got = Vec::new();
     poll(&mut *rxq, &mut got, "a frame", |v| v.len() == 1);
     assert_eq!(
-        guest_mappings(),
+        guest_mappings(&g),
         2,
         "the test's mapping of the guest memory, and ours"
     );
 
     drop(f);
     tp.wait_disconnects(1);
-    assert_eq!(guest_mappings(), 1, "only the test's own mapping is left");
+    assert_eq!(guest_mappings(&g), 1, "only the test's own mapping is left");
     got.clear();
     assert_eq!(rxq.rx_burst(&mut got, 32), 0);
 }
 
-/// Mappings of the guest memory's memfd in this process (`/proc/self/maps`).
-fn guest_mappings() -> usize {
+/// Mappings of `g`'s memfd in this process (`/proc/self/maps`, matched by inode, so other
+/// tests' guests in the same process do not count).
+fn guest_mappings(g: &Guest) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let ino = g.fd.metadata().unwrap().ino().to_string();
     std::fs::read_to_string("/proc/self/maps")
         .unwrap()
         .lines()
-        .filter(|l| l.contains("memfd:fe-guest"))
+        .filter(|l| l.split_whitespace().nth(4) == Some(ino.as_str()))
         .count()
 }
