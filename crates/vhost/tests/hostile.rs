@@ -18,7 +18,7 @@ use memnic_ethdev::{Mbuf, Port, RxQueue};
 use memnic_shm::Region;
 use memnic_vhost::chain::ChainError;
 use memnic_vhost::split::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
-use vhost::vhost_user::VhostUserFrontend;
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::VhostBackend;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
@@ -206,6 +206,19 @@ impl Bench {
         self.next_is_served(case);
     }
 
+    /// Frontend `f` hangs up: the port counts it lost; returns the reason it logged.
+    fn hang_up(&mut self, f: Frontend) -> String {
+        drop(f);
+        self.lost += 1;
+        self.tp.wait_disconnects(self.lost)
+    }
+
+    /// [`Bench::hang_up`], then the next frontend is served.
+    fn hang_up_and_serve_the_next(&mut self, f: Frontend, case: &str) {
+        self.hang_up(f);
+        self.next_is_served(case);
+    }
+
     /// A well-behaved frontend connects, a frame goes through, it leaves.
     fn next_is_served(&mut self, case: &str) {
         let g = Guest::new();
@@ -216,9 +229,7 @@ impl Bench {
         let n = self.got.len();
         poll(&mut *self.rxq, &mut self.got, case, |v| v.len() == n + 1);
         assert_eq!(self.got[n].to_vec(), vec![0x77; 60], "{case}");
-        drop(f);
-        self.lost += 1;
-        let why = self.tp.wait_disconnects(self.lost);
+        let why = self.hang_up(f);
         assert!(why.contains("peer disconnected"), "{case}: then {why:?}");
     }
 }
@@ -682,9 +693,7 @@ fn the_largest_ring_base_is_honoured_and_wraps() {
         assert_eq!(g.used_idx(), idx.wrapping_add(1));
     }
     assert_eq!(f.get_vring_base(1).unwrap(), 1);
-    drop(f);
-    b.lost += 1;
-    b.tp.wait_disconnects(b.lost);
+    b.hang_up(f);
 }
 
 /// A frontend that connects and says nothing, one that stops inside a header, one that stops
@@ -788,10 +797,7 @@ fn an_avail_index_jump_breaks_the_ring_until_it_is_set_up_again() {
     g.set_avail_idx(2 + 3 * Q);
     assert_eq!(b.rxq.rx_burst(&mut b.got, 32), 0);
     assert_eq!(b.tp.port.broken_rings(), 2);
-    drop(f);
-    b.lost += 1;
-    b.tp.wait_disconnects(b.lost);
-    b.next_is_served("after a broken ring");
+    b.hang_up_and_serve_the_next(f, "after a broken ring");
 }
 
 /// The guest's rx virtqueue (our tx queue) with bad chains: each bad one is counted and
@@ -904,10 +910,7 @@ fn hostile_rx_chains_are_refused_or_keep_the_frame_waiting() {
         g.offer_in(RXQ, idx, 4);
         assert_eq!(txq.tx_burst(&mut pkts), 1, "the next good chain takes it");
         assert_eq!(g.used_idx_in(RXQ), idx + 1);
-        drop(f);
-        b.lost += 1;
-        b.tp.wait_disconnects(b.lost);
-        b.next_is_served(tag);
+        b.hang_up_and_serve_the_next(f, tag);
         drop(txq);
     }
 }
@@ -1181,10 +1184,7 @@ fn hostile_packed_tx_chains_are_refused_and_the_next_frame_arrives_whole() {
     });
     assert_eq!(b.got[frames].to_vec(), vec![0x22; 60]);
     drv.assert_used(&g, head, 9, 0, "after set-up");
-    drop(f);
-    b.lost += 1;
-    b.tp.wait_disconnects(b.lost);
-    b.next_is_served("after a broken packed ring");
+    b.hang_up_and_serve_the_next(f, "after a broken packed ring");
 }
 
 /// The guest's packed rx virtqueue (our tx queue) with bad chains, with and without
@@ -1298,10 +1298,7 @@ fn hostile_packed_rx_chains_are_refused_and_the_frame_goes_to_the_next_one() {
         drv.assert_avail(&g, head, "an endless rx chain is not handed back");
         assert_eq!(txq.tx_burst(&mut pkts), 0, "left alone");
         assert_eq!(b.tp.port.broken_rings(), 1);
-        drop(f);
-        b.lost += 1;
-        b.tp.wait_disconnects(b.lost);
-        b.next_is_served(tag);
+        b.hang_up_and_serve_the_next(f, tag);
         drop(txq);
     }
 }
@@ -1385,10 +1382,7 @@ fn a_packed_in_order_burst_stops_at_a_lap_when_chains_run_through_taken_slots() 
     assert_eq!(b.got[n + 2].to_vec(), vec![0xc3; 60]);
     drv.assert_used(&g, head_c, 22, 0, "the next frame");
     assert_eq!(f.get_vring_base(1).unwrap() & 0xffff, 0x8001);
-    drop(f);
-    b.lost += 1;
-    b.tp.wait_disconnects(b.lost);
-    b.next_is_served("after an in-order burst of two laps");
+    b.hang_up_and_serve_the_next(f, "after an in-order burst of two laps");
 }
 
 // ---- memory slots (ADD_MEM_REG / REM_MEM_REG) with traffic running ----
