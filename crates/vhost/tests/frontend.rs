@@ -218,6 +218,63 @@ fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
     drop(tp);
 }
 
+/// Out of buffers halfway through a burst: the chains we had buffers for arrive and come back
+/// used, the rest stay the guest's (not used, not lost) until buffers are freed, then arrive
+/// whole and in order.
+#[test]
+fn chains_left_without_a_buffer_stay_the_guests_until_buffers_are_freed() {
+    let mut tp = TestPort::new("fe5", |_| {});
+    let path = tp.path.clone();
+    let port = &mut tp.port;
+    let pool = memnic_test_support::pool("fe5", 5, 2048);
+    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&path, &g, &kick, false);
+    for i in 0..Q {
+        let (a, l) = g.frame(i as u64, 60 + i as usize, i as u8);
+        g.desc(i, d(a, l, 0, 0));
+        g.offer(i, i);
+    }
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "the frames we have buffers for", |v| {
+        !v.is_empty()
+    });
+    let first = got.len();
+    assert!(first <= 5, "{first} frames from a pool of 5");
+    assert_eq!(g.used_idx(), first as u16, "only the chains taken are used");
+    for _ in 0..10 {
+        rxq.rx_burst(&mut got, 32);
+    }
+    let held = got.len();
+    assert!(held <= 5 && held < Q as usize);
+    assert_eq!(
+        g.used_idx(),
+        held as u16,
+        "a chain without a buffer stays the guest's"
+    );
+    assert!(rxq.stats().nombuf > 0, "running out is counted");
+
+    let mut all: Vec<Vec<u8>> = got.drain(..).map(|m| m.to_vec()).collect();
+    while all.len() < Q as usize {
+        poll(
+            &mut *rxq,
+            &mut got,
+            "the rest, once buffers are free",
+            |v| !v.is_empty(),
+        );
+        all.extend(got.drain(..).map(|m| m.to_vec()));
+    }
+    for (i, f) in all.iter().enumerate() {
+        assert_eq!(*f, vec![i as u8; 60 + i], "frame {i} whole and in order");
+    }
+    assert_eq!(g.used_idx(), Q);
+    assert_eq!(port.bad_chains(), 0);
+    drop(f);
+    drop(rxq);
+    drop(tp);
+}
+
 /// QEMU 7.2 sends SET_VRING_ENABLE before SET_FEATURES (rust-vmm's handler refuses it then, and
 /// its own frontend will not send it, so this one speaks the wire format): it is accepted and
 /// acknowledged (REPLY_ACK), and the connection goes on.
