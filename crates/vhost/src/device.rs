@@ -66,6 +66,8 @@ struct Vring {
     enabled: bool,
     /// Its queue had it installed at the last `install` (so its position is read back).
     installed: bool,
+    /// Port-wide id of the ring while it runs (0: none given yet; see `VringConn::ring_id`).
+    ring_id: u64,
 }
 
 /// What the frontend configured; lives as long as its connection.
@@ -114,6 +116,10 @@ impl Device {
             | F_VERSION_1
             | F_RING_PACKED
             | F_IN_ORDER;
+        // Zero-copy chains come back in the order they are freed.
+        if shared.zero_copy.is_some() {
+            offered &= !F_IN_ORDER;
+        }
         if queues > 1 {
             offered |= NET_F_MQ;
         }
@@ -193,6 +199,7 @@ impl Device {
     /// disconnect): every ring stopped and taken from its queue, the memory unmapped once no
     /// queue holds it.
     pub fn reset(&mut self) {
+        let _drained = self.drain_zero_copy("reset");
         for v in &mut self.vrings {
             let installed = v.installed;
             *v = Vring {
@@ -231,10 +238,14 @@ impl Device {
         let in_order = self.acked & F_IN_ORDER != 0;
         let mut conns: Vec<Option<VringConn>> = Vec::with_capacity(self.vrings.len());
         let mut errors = Vec::new();
-        for (i, v) in self.vrings.iter().enumerate() {
+        for (i, v) in self.vrings.iter_mut().enumerate() {
+            if !v.started {
+                v.ring_id = 0;
+            }
             let conn = match (&self.mem, v.addrs, v.started) {
                 (Some(mem), Some(addrs), true) => match locate(mem, v, addrs, packed) {
                     Ok(ring) => Some(VringConn {
+                        ring_id: *ring_id(&self.shared, &mut v.ring_id),
                         ring,
                         mem: mem.clone(),
                         hdr_len,
@@ -277,6 +288,30 @@ impl Device {
     }
 }
 
+/// A running ring's port-wide id, given the first time it is installed.
+fn ring_id<'a>(shared: &Shared, id: &'a mut u64) -> &'a u64 {
+    if *id == 0 {
+        // Relaxed: a counter; only uniqueness matters.
+        *id = shared.next_ring_id.fetch_add(1, Relaxed);
+    }
+    id
+}
+
+/// While a request that stops, disables or remaps rings is served: no chain goes up without
+/// a copy (see [`Device::drain_zero_copy`]); dropped when the request is done.
+pub(crate) struct Draining(Option<Arc<Shared>>);
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.0 {
+            for q in 0..shared.queues() {
+                // Relaxed: a request the queue reads at its next burst.
+                shared.rx_slot(q).zc_draining.store(false, Relaxed);
+            }
+        }
+    }
+}
+
 /// Locates a ring's areas in the layout the features chose; a packed ring's position must be
 /// one of its slots.
 fn locate(mem: &MemTable, v: &Vring, addrs: RingAddrs, packed: bool) -> Result<Ring, RingError> {
@@ -286,6 +321,43 @@ fn locate(mem: &MemTable, v: &Vring, addrs: RingAddrs, packed: bool) -> Result<R
         Ok(Ring::Packed(r))
     } else {
         SplitRing::new(mem, v.num, addrs).map(Ring::Split)
+    }
+}
+
+impl Device {
+    /// Before a request that stops, disables or remaps the guest's tx rings (GET_VRING_BASE,
+    /// SET_VRING_ENABLE 0, a reset or disconnect, SET_STATUS 0, SET_MEM_TABLE, REM_MEM_REG):
+    /// with zero copy, asks every rx queue to take no chain uncopied and waits, up to the drain
+    /// timeout, until the stack has freed every chain it holds and the queues have returned
+    /// them. Chains still held then are abandoned if the ring stops (see `zerocopy`). The
+    /// queues go on polling meanwhile; the returned guard lets them take chains uncopied again
+    /// once the request is done.
+    pub(crate) fn drain_zero_copy(&self, what: &str) -> Draining {
+        let shared = &self.shared;
+        let Some(zc) = shared.zero_copy else {
+            return Draining(None);
+        };
+        for q in 0..shared.queues() {
+            // Relaxed: read by the queue at its next burst; it then publishes `zc_held`.
+            shared.rx_slot(q).zc_draining.store(true, Relaxed);
+        }
+        let held = || {
+            (0..shared.queues())
+                .map(|q| shared.rx_slot(q).zc_held.load(Relaxed))
+                .sum::<u32>()
+        };
+        let end = std::time::Instant::now() + zc.drain_timeout;
+        while held() > 0 && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let left = held();
+        if left > 0 {
+            trace(format_args!(
+                "{what}: {left} zero-copy chains still held after {:?}",
+                zc.drain_timeout
+            ));
+        }
+        Draining(Some(shared.clone()))
     }
 }
 
@@ -336,6 +408,7 @@ impl Device {
             return Err(self.refuse(format!("device status {status:#x} is not a byte")));
         };
         if status == 0 {
+            drop(self.drain_zero_copy("set_status 0"));
             self.broken_at_reset = self.broken_rings();
         }
         self.status = status;
@@ -447,6 +520,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             self.last_error = Some(e.to_string());
             invalid("memory table refused")
         })?;
+        let _drained = self.drain_zero_copy("set_mem_table");
         let old = self.mem.replace(Arc::new(table));
         let installed = self.install_or_refuse();
         self.release(old);
@@ -510,6 +584,8 @@ impl VhostUserBackendReqHandlerMut for Device {
 
     fn get_vring_base(&mut self, index: u32) -> VuResult<VhostUserVringState> {
         trace(format_args!("get_vring_base index {index}"));
+        self.vring(index)?;
+        let _drained = self.drain_zero_copy("get_vring_base");
         self.vring(index)?.started = false;
         self.install_or_refuse()?;
         let packed = self.acked & F_RING_PACKED != 0;
@@ -585,6 +661,8 @@ impl VhostUserBackendReqHandlerMut for Device {
 
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> VuResult<()> {
         trace(format_args!("set_vring_enable index {index} {enable}"));
+        self.vring(index)?;
+        let _drained = (!enable).then(|| self.drain_zero_copy("set_vring_enable 0"));
         self.vring(index)?.enabled = enable;
         self.install_or_refuse()
     }
@@ -679,6 +757,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             self.last_error = Some(e.to_string());
             invalid("no such memory region")
         })?;
+        let _drained = self.drain_zero_copy("remove_mem_region");
         let old = self.mem.replace(Arc::new(table));
         self.install_after_mem_slot_change("remove_mem_region");
         self.release(old);

@@ -7,6 +7,7 @@
 //! * [`chain`]: walking a descriptor chain the guest wrote (bounded, indirect, checked).
 //! * [`queue`]: the data path behind the burst API (copies both ways, batched used-ring
 //!   updates and calls).
+//! * [`zerocopy`]: dequeue zero copy, the guest's tx buffers handed up as external segments.
 //! * [`device`]: the state a frontend configures, behind rust-vmm's `vhost` request handler.
 //! * [`port`]: devargs, the socket in either role, the control thread, the driver.
 
@@ -20,5 +21,7 @@ pub mod port;
 pub mod queue;
 pub mod split;
 pub mod vring;
+pub mod zerocopy;
 
 pub use port::{VhostConfig, VhostError, VhostPort, DEVARGS_KEYS, DRIVER, MAX_QUEUES};
+pub use zerocopy::ZeroCopyConfig;

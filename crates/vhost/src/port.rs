@@ -27,9 +27,10 @@ use memnic_shm::unix::{poll, PollFd};
 
 use crate::device::Device;
 use crate::queue::{VhostRxQueue, VhostTxQueue, VringSlot};
+use crate::zerocopy::ZeroCopyConfig;
 
 /// Devargs keys: DPDK `net_vhost`'s names, and `mac`.
-pub const DEVARGS_KEYS: &[&str] = &["iface", "queues", "client", "mac"];
+pub const DEVARGS_KEYS: &[&str] = &["iface", "queues", "client", "mac", "dequeue-zero-copy"];
 
 /// Most queue pairs a port offers.
 pub const MAX_QUEUES: u16 = 8;
@@ -60,6 +61,8 @@ pub struct VhostConfig {
     /// message (and to read our reply) once it has started; past it the connection is closed
     /// so that the next frontend can be served. 5 s (tests shorten it).
     pub message_timeout: Duration,
+    /// Dequeue zero copy (`dequeue-zero-copy=1`, off by default as in DPDK).
+    pub zero_copy: Option<ZeroCopyConfig>,
 }
 
 impl VhostConfig {
@@ -71,6 +74,7 @@ impl VhostConfig {
             mac: MacAddr([2, 0x56, 0x48, 0, 0, 0]),
             mtu: 9000,
             message_timeout: MESSAGE_TIMEOUT,
+            zero_copy: None,
         }
     }
 
@@ -85,6 +89,9 @@ impl VhostConfig {
             ));
         }
         c.client = a.bool_or("client", false)?;
+        if a.bool_or("dequeue-zero-copy", false)? {
+            c.zero_copy = Some(ZeroCopyConfig::default());
+        }
         if let Some(m) = a.get("mac") {
             c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
         }
@@ -120,6 +127,9 @@ pub struct Shared {
     pub last_reason: Mutex<Option<String>>,
     /// Bounds each request of the connection being served.
     dog: Watchdog,
+    pub zero_copy: Option<ZeroCopyConfig>,
+    /// The next ring's id (see `VringConn::ring_id`); from 1.
+    pub next_ring_id: AtomicU64,
 }
 
 impl Shared {
@@ -128,6 +138,10 @@ impl Shared {
     }
     pub fn slot(&self, vq: usize) -> &Arc<VringSlot> {
         &self.slots[vq]
+    }
+    /// The guest's tx virtqueue of pair `q`: our rx queue `q`.
+    pub fn rx_slot(&self, q: u16) -> &Arc<VringSlot> {
+        &self.slots[2 * q as usize + 1]
     }
     fn set_reason(&self, why: String) {
         *self.last_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
@@ -158,6 +172,8 @@ impl VhostPort {
             disconnects: AtomicU64::new(0),
             last_reason: Mutex::new(None),
             dog: Watchdog::default(),
+            zero_copy: cfg.zero_copy,
+            next_ring_id: AtomicU64::new(1),
         });
         let listener = if cfg.client {
             None
@@ -247,6 +263,24 @@ impl VhostPort {
         self.last_reason().unwrap_or_default()
     }
 
+    /// Dequeue zero copy over every queue: chains sent up uncopied, chains abandoned by a
+    /// ring that stopped while they were held, and segments of those that came back later
+    /// (discarded).
+    pub fn zero_copy_counts(&self) -> (u64, u64, u64) {
+        let sum = |f: fn(&VringSlot) -> &AtomicU64| {
+            self.shared
+                .slots
+                .iter()
+                .map(|s| f(s).load(Relaxed))
+                .sum::<u64>()
+        };
+        (
+            sum(|s| &s.zc_chains),
+            sum(|s| &s.zc_abandoned),
+            sum(|s| &s.zc_late),
+        )
+    }
+
     /// Why the last refused chain (of any queue) was refused.
     pub fn last_bad_chain(&self) -> Option<crate::chain::ChainError> {
         self.shared
@@ -329,11 +363,13 @@ impl Port for VhostPort {
 
     fn take_rx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
         let (slot, cell) = self.take_queue(true, q)?;
+        let name = format!("{}-rx{q}", self.name);
         Ok(Box::new(VhostRxQueue::new(
             self.shared.gate.join(),
             slot,
             pool.cache(),
             cell,
+            self.cfg.zero_copy.map(|z| (name.as_str(), z)),
         )))
     }
 

@@ -8,7 +8,7 @@
 //! disconnect); a queue reloads it when the gate says "restart", and publishes its
 //! `last_avail` for GET_VRING_BASE after every burst.
 
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use memnic_ethdev::gate::{Enter, GateMember};
@@ -19,6 +19,7 @@ use crate::chain::{ChainError, Dir, Piece};
 use crate::mem::MemTable;
 use crate::on_ring;
 use crate::vring::{notify_fence, Broken, Next, Ring, Vring};
+use crate::zerocopy::{ZeroCopy, ZeroCopyConfig};
 
 /// What a virtqueue's poller needs while the ring runs.
 #[derive(Clone)]
@@ -42,6 +43,9 @@ pub struct VringConn {
     /// Disabled (SET_VRING_ENABLE 0): a tx virtqueue is drained and its frames discarded, an
     /// rx virtqueue gets nothing.
     pub enabled: bool,
+    /// Which ring this is, port-wide: the same while the ring runs (a new memory table, a new
+    /// call fd), a new one once it was stopped and set up again.
+    pub ring_id: u64,
 }
 
 /// Shared by the control thread and one queue.
@@ -56,6 +60,15 @@ pub struct VringSlot {
     pub broken: AtomicU64,
     /// Why the last chain was refused (for logs and tests).
     pub last_bad: Mutex<Option<ChainError>>,
+    /// Dequeue zero copy: chains the stack holds (published after each burst), and while the
+    /// control thread drains the queue (no chain is taken without a copy then).
+    pub zc_held: AtomicU32,
+    pub zc_draining: AtomicBool,
+    /// Chains sent up without a copy; chains a stopped ring abandoned (still held when the
+    /// drain timed out); segments of abandoned chains that came back later, discarded.
+    pub zc_chains: AtomicU64,
+    pub zc_abandoned: AtomicU64,
+    pub zc_late: AtomicU64,
 }
 
 impl VringSlot {
@@ -81,6 +94,8 @@ struct State {
     stats: QueueStats,
     /// Polls in a row that found the guest's tx ring empty (see [`IDLE_PAUSES`]).
     idle_polls: u32,
+    /// Dequeue zero copy (rx queues of a `dequeue-zero-copy=1` port).
+    zc: Option<ZeroCopy>,
 }
 
 /// State of one queue in either direction.
@@ -106,6 +121,7 @@ impl Core {
                 batch: Vec::new(),
                 stats: QueueStats::default(),
                 idle_polls: 0,
+                zc: None,
             },
             cell,
         }
@@ -128,6 +144,7 @@ impl Core {
 
     #[cold]
     fn reload(&mut self) {
+        let prev = self.conn.as_ref().map(|c| c.ring_id);
         self.conn = self
             .slot
             .conn
@@ -136,11 +153,20 @@ impl Core {
             .clone();
         if let Some(c) = &self.conn {
             self.s.last_avail = c.base;
-            // In copy mode every chain we take is returned in the same burst, so the used
-            // position follows the avail position.
-            self.s.used = c.base;
+            // A new ring starts where the frontend said: in copy mode every chain we take is
+            // returned in the same burst, so the used position follows the avail position. A
+            // ring that goes on keeps its own, where chains still held by zero copy return.
+            if prev != Some(c.ring_id) {
+                self.s.used = c.base;
+            }
             // We poll: ask the driver not to kick.
             on_ring!(&c.ring, r => r.disable_kicks());
+        }
+        if let Some(zc) = &mut self.s.zc {
+            let abandoned = zc.load(self.conn.as_ref().map(|c| (c.ring_id, c.ring.size())));
+            // Relaxed: counters.
+            self.slot.zc_abandoned.fetch_add(abandoned.into(), Relaxed);
+            self.slot.zc_held.store(zc.out().into(), Relaxed);
         }
         self.slot.last_avail.store(self.s.last_avail, Relaxed);
     }
@@ -186,15 +212,18 @@ pub struct VhostRxQueue {
 }
 
 impl VhostRxQueue {
+    /// With `zero_copy`, frames go up as external segments over the guest's buffers (see
+    /// `zerocopy`); `name` names its pool of segments.
     pub fn new(
         gate: GateMember,
         slot: Arc<VringSlot>,
         cache: PoolCache,
         cell: Arc<StatsCell>,
+        zero_copy: Option<(&str, ZeroCopyConfig)>,
     ) -> Self {
-        VhostRxQueue {
-            core: Core::new(gate, slot, cache, cell),
-        }
+        let mut core = Core::new(gate, slot, cache, cell);
+        core.s.zc = zero_copy.map(|(name, cfg)| ZeroCopy::new(name, cfg));
+        VhostRxQueue { core }
     }
 }
 
@@ -209,6 +238,10 @@ impl RxQueue for VhostRxQueue {
         let r = on_ring!(&c.ring, r => dequeue(r, c, &mut q.s, &q.slot, pkts, max));
         if let Err(b) = r {
             q.broken(b);
+        }
+        if let Some(zc) = &q.s.zc {
+            // Relaxed: the control thread polls it while it drains; the gate orders the rest.
+            q.slot.zc_held.store(zc.out().into(), Relaxed);
         }
         q.exit();
         pkts.len() - start
@@ -230,6 +263,11 @@ impl RxQueue for VhostRxQueue {
             return false;
         };
         let at = q.s.last_avail;
+        // Chains held by zero copy come back while we would sleep: look again soon.
+        let timeout = match &q.s.zc {
+            Some(zc) if zc.out() > 0 => timeout.min(ZC_WAIT),
+            _ => timeout,
+        };
         on_ring!(&c.ring, r => {
             r.enable_kicks(at, c.event_idx);
             // Our request before we look at the ring again (store→load): pairs with the
@@ -246,8 +284,13 @@ impl RxQueue for VhostRxQueue {
     }
 }
 
+/// How long an rx queue sleeps in `wait` while zero-copy chains are out (their completions
+/// are written at its bursts).
+const ZC_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Takes up to `max` (and a burst's worth) of the guest's tx chains into `pkts`, in batches of
-/// [`DEQ_BATCH`]: each frame copied into our buffers, each chain handed back as used (length 0: the device wrote
+/// [`DEQ_BATCH`]: each frame copied into our buffers (or, with zero copy, handed up as
+/// segments over the guest's buffers, its chain returned once they are freed), each chain handed back as used (length 0: the device wrote
 /// nothing into it), the lot published once (with IN_ORDER, as one used entry).
 #[inline(always)]
 fn dequeue<V: Vring>(
@@ -262,6 +305,18 @@ fn dequeue<V: Vring>(
     let mut used = r.used_at(s.used);
     let want = max.min(MAX_BURST);
     let mut taken: u16 = 0;
+    // Zero-copy chains whose segments were all freed go back with this burst's entries.
+    let mut returned = 0;
+    // Relaxed: a request from the control thread, which then waits for `zc_held`.
+    let zc_on = c.enabled && !c.in_order && !slot.zc_draining.load(Relaxed);
+    if let Some(zc) = &mut s.zc {
+        let got = zc.reap(|chain| r.put_used(&mut used, chain, 0));
+        returned = got.chains;
+        if got.late > 0 {
+            // Relaxed: a counter.
+            slot.zc_late.fetch_add(got.late.into(), Relaxed);
+        }
+    }
     let mut res = Ok(());
     // IN_ORDER: the burst's chains go back as one entry (DPDK's batched in-order dequeue),
     // whose slots stay within one lap of the ring: an entry cannot say more, and only a
@@ -299,6 +354,23 @@ fn dequeue<V: Vring>(
                 more = false;
                 break;
             }
+            if let (Some(zc), Ok(total), true) = (&mut s.zc, walked, zc_on) {
+                let frame = (total as usize).saturating_sub(c.hdr_len);
+                if zc.takes(chain.id, frame, segments(&s.pieces, c.hdr_len)) {
+                    if let Some(m) = zc.attach(&c.mem, &s.pieces, c.hdr_len, chain) {
+                        // Relaxed: a counter.
+                        slot.zc_chains.fetch_add(1, Relaxed);
+                        taken += 1;
+                        took[nb] = Taken {
+                            m: Some(m),
+                            zero_copy: true,
+                            ..Taken::default()
+                        };
+                        nb += 1;
+                        continue;
+                    }
+                }
+            }
             let Some(m) = s.cache.alloc() else {
                 // The chain stays the guest's until we have a buffer for it.
                 cur = before;
@@ -320,12 +392,19 @@ fn dequeue<V: Vring>(
                 start,
                 end: s.batch.len() as u32,
                 walked,
+                zero_copy: false,
             };
             nb += 1;
         }
         // Copy the batch's frames.
         for t in &mut took[..nb] {
             let mut m = t.m.take().expect("allocated above");
+            if t.zero_copy {
+                s.stats.packets += 1;
+                s.stats.bytes += m.len() as u64;
+                pkts.push(m);
+                continue;
+            }
             let pieces = &s.batch[t.start as usize..t.end as usize];
             let got = t.walked.and_then(|total| {
                 read_frame(&c.mem, pieces, c.hdr_len, total, &mut m, &mut s.cache)
@@ -353,7 +432,7 @@ fn dequeue<V: Vring>(
         r.put_used_run(&mut used, run.0, taken, run.1);
     }
     s.last_avail = V::cursor_pos(&cur);
-    publish(r, c, s, used, taken);
+    publish(r, c, s, used, taken + returned);
     res
 }
 
@@ -399,12 +478,13 @@ fn idle_pause() {
 const DEQ_BATCH: usize = 8;
 
 /// A chain a dequeue batch took: the buffer for its frame, its pieces in the burst's `batch`,
-/// and the outcome of its walk.
+/// and the outcome of its walk; or, with zero copy, the packet itself.
 struct Taken {
     m: Option<Mbuf>,
     start: u32,
     end: u32,
     walked: Result<u32, ChainError>,
+    zero_copy: bool,
 }
 
 impl Default for Taken {
@@ -414,8 +494,25 @@ impl Default for Taken {
             start: 0,
             end: 0,
             walked: Ok(0),
+            zero_copy: false,
         }
     }
+}
+
+/// Buffers a chain's frame spans after its `hdr_len`-byte header.
+#[inline(always)]
+fn segments(pieces: &[Piece], hdr_len: usize) -> usize {
+    let mut skip = hdr_len;
+    let mut n = 0;
+    for p in pieces {
+        if skip >= p.len {
+            skip -= p.len;
+        } else {
+            skip = 0;
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Prefetches the first line of a tx chain's frame (past its virtio-net header).

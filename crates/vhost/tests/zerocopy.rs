@@ -1,0 +1,298 @@
+//! Dequeue zero copy against a frontend over a real socket and guest memory in a memfd: frames
+//! go up as read-only external segments over the guest's buffers, each chain comes back used
+//! once all its segments are freed (in whatever order, each head exactly once), a consumer
+//! that holds everything cannot stall the guest (past the budget frames are copied), and a
+//! ring that stops waits for the chains held, or abandons them after the drain's timeout and
+//! discards their late completions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use memnic_ethdev::{Mbuf, Port, RxQueue, SegKind};
+use memnic_vhost::split::DESC_F_NEXT;
+use memnic_vhost::ZeroCopyConfig;
+use vhost::VhostBackend;
+use vmm_sys_util::eventfd::EventFd;
+
+/// A port with zero copy on: every frame of `min_len` bytes or more goes up uncopied, at most
+/// `budget` chains at a time.
+fn zc_port(tag: &str, min_len: usize, budget: Option<u16>) -> TestPort {
+    TestPort::new(tag, |c| {
+        c.zero_copy = Some(ZeroCopyConfig {
+            min_len,
+            budget,
+            drain_timeout: Duration::from_millis(300),
+        })
+    })
+}
+
+/// Writes a chain at descriptors `first..`: the 12-byte header in its own buffer, then the
+/// frame `bytes` split into buffers of `split` bytes, each at its own page.
+fn chain(g: &Guest, first: u16, page: u64, bytes: &[u8], split: usize) -> u16 {
+    let hdr = BUF + page * 0x1000;
+    g.mem.write_bytes(hdr as usize, &[0u8; HDR]).unwrap();
+    let parts: Vec<&[u8]> = bytes.chunks(split).collect();
+    g.desc(first, d(hdr, HDR as u32, DESC_F_NEXT, first + 1));
+    for (k, p) in parts.iter().enumerate() {
+        let at = BUF + (page + 1 + k as u64) * 0x1000;
+        g.mem.write_bytes(at as usize, p).unwrap();
+        let i = first + 1 + k as u16;
+        let last = k + 1 == parts.len();
+        let (flags, next) = if last { (0, 0) } else { (DESC_F_NEXT, i + 1) };
+        g.desc(i, d(at, p.len() as u32, flags, next));
+    }
+    1 + parts.len() as u16
+}
+
+fn frame(seq: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seq.wrapping_mul(31).wrapping_add(i as u8))
+        .collect()
+}
+
+/// The used ring's entries `from..to`: (head, length).
+fn used(g: &Guest, from: u16, to: u16) -> Vec<(u32, u32)> {
+    (from..to).map(|i| g.used_elem_in(TXQ, i)).collect()
+}
+
+/// Bursts (handing back what completed) until the used index reaches `n`.
+fn until_used(rxq: &mut dyn RxQueue, g: &Guest, n: u16, what: &str) {
+    let mut got = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while g.used_idx() != n {
+        assert!(
+            Instant::now() < end,
+            "{what}: used.idx {} != {n}",
+            g.used_idx()
+        );
+        rxq.rx_burst(&mut got, 32);
+        assert!(got.is_empty(), "{what}: nothing new was offered");
+    }
+}
+
+#[test]
+fn zero_copy_chains_complete_out_of_order_each_head_exactly_once() {
+    let mut tp = zc_port("zc1", 64, None);
+    let pool = memnic_test_support::pool("zc1", 64, 2048);
+    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let _f = frontend(&tp.path, &g, &kick, false);
+
+    // A: header + three buffers (descriptors 0-3); B, C, D: header + one buffer each; E: a
+    // frame below the threshold, copied.
+    let frames = [
+        frame(1, 300),
+        frame(2, 100),
+        frame(3, 200),
+        frame(4, 64),
+        frame(5, 40),
+    ];
+    let heads = [0u16, 4, 6];
+    assert_eq!(chain(&g, 0, 0, &frames[0], 100), 4);
+    assert_eq!(chain(&g, 4, 10, &frames[1], 100), 2);
+    assert_eq!(chain(&g, 6, 20, &frames[2], 200), 2);
+    for (k, h) in heads.iter().enumerate() {
+        g.offer(k as u16, *h);
+    }
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "three zero-copy frames", |v| {
+        v.len() == 3
+    });
+    for (m, f) in got.iter().zip(&frames) {
+        assert_eq!(m.to_vec(), *f, "the frame, its header stripped");
+        assert!(
+            m.segments().all(|s| s.kind() == SegKind::External),
+            "every segment over the guest's buffer"
+        );
+    }
+    assert_eq!(
+        got[0].nb_segs(),
+        3,
+        "one segment per buffer after the header"
+    );
+    assert_eq!(
+        g.used_idx(),
+        0,
+        "nothing comes back while the stack holds it"
+    );
+
+    // The chains' descriptors are the guest's until they come back; D and E reuse none.
+    let mut a = got.remove(0);
+    let b = got.remove(0);
+    let c = got.remove(0);
+    drop(c);
+    until_used(&mut *rxq, &g, 1, "C freed");
+    // A freed segment by segment, out of order: it completes once, with its last segment.
+    let mut a2 = a.take_next().expect("A's second segment");
+    let a3 = a2.take_next().expect("A's third segment");
+    drop(a2);
+    for _ in 0..20 {
+        rxq.rx_burst(&mut got, 32);
+    }
+    assert_eq!(
+        g.used_idx(),
+        1,
+        "A is not back with one segment of three freed"
+    );
+    drop(a);
+    drop(b);
+    until_used(&mut *rxq, &g, 2, "B freed");
+    drop(a3);
+    until_used(&mut *rxq, &g, 3, "A's last segment freed");
+    assert_eq!(
+        used(&g, 0, 3),
+        vec![(6, 0), (4, 0), (0, 0)],
+        "each head once, in the order the stack let go of them"
+    );
+
+    // Below the threshold: copied into our buffer and back in the same burst.
+    let (addr, len) = g.frame(30, frames[4].len(), 0);
+    g.mem.write_bytes(addr as usize + HDR, &frames[4]).unwrap();
+    g.desc(0, d(addr, len, 0, 0));
+    g.offer(3, 0);
+    poll(&mut *rxq, &mut got, "a short frame", |v| v.len() == 1);
+    assert_eq!(got[0].to_vec(), frames[4]);
+    assert_ne!(got[0].kind(), SegKind::External, "a short frame is copied");
+    assert_eq!(g.used_idx(), 4, "a copied chain comes back at once");
+    assert_eq!(tp.port.zero_copy_counts(), (3, 0, 0));
+    drop(got);
+    drop(rxq);
+}
+
+#[test]
+fn a_consumer_holding_every_packet_does_not_stall_the_guest() {
+    let mut tp = zc_port("zc2", 64, Some(2));
+    let pool = memnic_test_support::pool("zc2", 64, 2048);
+    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let _f = frontend(&tp.path, &g, &kick, false);
+
+    // The guest sends 40 frames from its 8 descriptors, reusing each as it comes back; the
+    // consumer keeps every packet.
+    let mut free: Vec<u16> = (0..Q).rev().collect();
+    let mut seen_used = 0u16;
+    let mut held: Vec<Mbuf> = Vec::new();
+    let mut sent = 0u16;
+    let end = Instant::now() + Duration::from_secs(5);
+    while sent < 40 || held.len() < 40 {
+        assert!(
+            Instant::now() < end,
+            "the guest stalled after {sent} frames"
+        );
+        while seen_used != g.used_idx() {
+            free.push(g.used_elem_in(TXQ, seen_used).0 as u16);
+            seen_used += 1;
+        }
+        if sent < 40 {
+            if let Some(i) = free.pop() {
+                let (a, l) = g.frame(i as u64, 200, sent as u8);
+                g.desc(i, d(a, l, 0, 0));
+                g.offer(sent, i);
+                sent += 1;
+            }
+        }
+        rxq.rx_burst(&mut held, 32);
+    }
+    for (k, m) in held.iter().enumerate() {
+        assert_eq!(m.to_vec(), vec![k as u8; 200], "frame {k}");
+    }
+    let zc = held
+        .iter()
+        .filter(|m| m.kind() == SegKind::External)
+        .count();
+    assert_eq!(
+        zc, 2,
+        "the budget: two chains held uncopied, the rest copied"
+    );
+    assert_eq!(g.used_idx(), 38, "every copied chain is back");
+    drop(held);
+    until_used(&mut *rxq, &g, 40, "the held chains, once freed");
+}
+
+#[test]
+fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
+    let mut tp = zc_port("zc3", 64, None);
+    let pool = memnic_test_support::pool("zc3", 64, 2048);
+    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&tp.path, &g, &kick, false);
+    for i in 0..2u16 {
+        let (a, l) = g.frame(i as u64, 300, i as u8);
+        g.desc(i, d(a, l, 0, 0));
+        g.offer(i, i);
+    }
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "two frames", |v| v.len() == 2);
+
+    // GET_VRING_BASE waits while the queue keeps polling; one chain freed meanwhile is back
+    // before the reply, the other is held past the timeout and abandoned.
+    let first = got.remove(0);
+    let second = got.remove(0);
+    let poller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        drop(first);
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            rxq.rx_burst(&mut got, 32);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        rxq
+    });
+    let asked = Instant::now();
+    assert_eq!(f.get_vring_base(1).unwrap(), 2);
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250),
+        "GET_VRING_BASE waited for the held chain ({waited:?})"
+    );
+    assert_eq!(
+        g.used_idx(),
+        1,
+        "the freed chain came back before the reply"
+    );
+    assert_eq!(g.used_elem_in(TXQ, 0), (0, 0));
+    let mut rxq = poller.join().unwrap();
+    assert_eq!(tp.port.zero_copy_counts(), (2, 1, 0), "one chain abandoned");
+
+    // Its late completion is discarded: it neither goes into the ring set up again nor counts
+    // down the chain that now holds the same buffer id there.
+    g.mem
+        .write_bytes(TXQ.avail as usize, &[0u8; 0x1000])
+        .unwrap();
+    g.mem
+        .write_bytes(TXQ.used as usize, &[0u8; 0x1000])
+        .unwrap();
+    assert!(!tp.port.link().up, "the only ring stopped");
+    f.set_vring_base(1, 0).unwrap();
+    f.set_vring_kick(1, &kick).unwrap();
+    wait_until("the ring set up again", || tp.port.link().up);
+    let (a, l) = g.frame(5, 300, 0x55);
+    g.desc(1, d(a, l, 0, 0));
+    g.offer(0, 1);
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "a frame on the new ring", |v| {
+        v.len() == 1
+    });
+    assert_eq!(got[0].to_vec(), vec![0x55; 300]);
+    assert_eq!(got[0].kind(), SegKind::External);
+    drop(second);
+    for _ in 0..20 {
+        rxq.rx_burst(&mut got, 32);
+    }
+    assert_eq!(g.used_idx(), 0, "nothing written into the new ring");
+    assert_eq!(
+        tp.port.zero_copy_counts(),
+        (3, 1, 1),
+        "the late segment discarded"
+    );
+    drop(got);
+    until_used(&mut *rxq, &g, 1, "the new ring's chain");
+    assert_eq!(g.used_elem_in(TXQ, 0), (1, 0));
+    drop(f);
+    drop(rxq);
+}
