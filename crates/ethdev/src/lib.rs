@@ -190,6 +190,11 @@ pub trait Port: Send {
     fn needs_own_shared_pool(&self) -> bool {
         false
     }
+    /// The driver's own counters beyond the queues' (DPDK's extended statistics), cumulative
+    /// since the port was opened: (name, value).
+    fn xstats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// What a driver's open function returns: a port, or an error to print as one sentence.

@@ -28,6 +28,9 @@ pub struct PortReport {
     /// Integrity counts of frames received on this port (with `--verify`).
     #[serde(skip_serializing_if = "Option::is_none", flatten)]
     pub verify: Option<VerifyCounts>,
+    /// The driver's extended counters (cumulative since the port was opened, not cleared).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub xstats: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// Frames forwarded by one lcore.
@@ -144,6 +147,7 @@ fn raw_ports(engine: &Engine) -> Vec<PortReport> {
                 tx_errors: tx.drops + tx.errors,
                 tx_dropped: dropped,
                 verify,
+                xstats: p.xstats().into_iter().collect(),
                 ..Default::default()
             }
         })

@@ -383,6 +383,19 @@ impl Port for VhostPort {
         )))
     }
 
+    fn xstats(&self) -> Vec<(&'static str, u64)> {
+        let (zc, abandoned, late) = self.zero_copy_counts();
+        vec![
+            ("connects", self.connects()),
+            ("disconnects", self.disconnects()),
+            ("bad_chains", self.bad_chains()),
+            ("broken_rings", self.broken_rings()),
+            ("zero_copy_chains", zc),
+            ("zero_copy_abandoned", abandoned),
+            ("zero_copy_late", late),
+        ]
+    }
+
     fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
         let snap = |v: &Vec<Option<Arc<StatsCell>>>| {
             v.iter().flatten().map(|c| c.snapshot()).collect::<Vec<_>>()
@@ -669,4 +682,29 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     device.lock().unwrap_or_else(|p| p.into_inner()).reset();
     shared.disconnects.fetch_add(1, Relaxed);
     shared.set_reason(why);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devargs_turn_dequeue_zero_copy_on_with_dpdks_name() {
+        let parse = |s: &str| VhostConfig::from_devargs(&Devargs::parse(s, DEVARGS_KEYS).unwrap());
+        assert_eq!(parse("vhost0,iface=/s").unwrap().zero_copy, None);
+        assert_eq!(
+            parse("vhost0,iface=/s,dequeue-zero-copy=1")
+                .unwrap()
+                .zero_copy,
+            Some(ZeroCopyConfig::default())
+        );
+        assert_eq!(
+            parse("vhost0,iface=/s,dequeue-zero-copy=0")
+                .unwrap()
+                .zero_copy,
+            None
+        );
+        let e = parse("vhost0,iface=/s,dequeue-zero-copy=maybe").unwrap_err();
+        assert!(e.to_string().contains("dequeue-zero-copy"), "{e}");
+    }
 }
