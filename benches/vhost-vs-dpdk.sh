@@ -15,7 +15,11 @@
 #
 #   benches/vhost-vs-dpdk.sh [--seconds N] [--rounds N] [--sizes "64 512 1518"]
 #                            [--rings "split packed"] [--dirs "deq enq"] [--json]
-#                            [--ours BIN] [--baseline BIN]
+#                            [--ours BIN] [--baseline BIN] [--zero-copy]
+# --zero-copy: a third backend in the rotation, ours with dequeue-zero-copy=1 (dequeue only:
+# use it with --dirs deq), and the table's last columns are zero copy / copy and / DPDK;
+# --zc-min-len N: its dequeue-zero-copy-min-len (default 0: every frame uncopied, to find the
+# break-even).
 # --ours: our memnic binary (default: a fresh release build); --baseline: another memnic
 # binary in DPDK's place (an A/B of two builds; its column is then headed "DPDK" still).
 # Needs dpdk-testpmd with the vhost and virtio PMDs (apt-get install dpdk-dev
@@ -29,6 +33,8 @@ DIRS="deq enq"
 JSON=0
 OURS=
 BASE=
+IMPLS="dpdk memnic"
+ZC_MIN=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) T=$2; shift 2 ;;
@@ -39,6 +45,8 @@ while [ $# -gt 0 ]; do
         --json) JSON=1; shift ;;
         --ours) OURS=$(realpath "$2"); shift 2 ;;
         --baseline) BASE=$(realpath "$2"); shift 2 ;;
+        --zero-copy) IMPLS="dpdk memnic memnic-zc"; shift ;;
+        --zc-min-len) ZC_MIN=$2; shift 2 ;;
         *) echo "vhost-vs-dpdk.sh: unknown option '$1' (use --seconds N, --rounds N, --sizes \"64 1518\", --rings \"split packed\", --dirs \"deq enq\", --json)" >&2; exit 2 ;;
     esac
 done
@@ -63,7 +71,9 @@ backend() { # impl mode size
             --vdev=net_vhost0,iface=$SOCK,queues=1 -- $APP --forward-mode="$2" --txpkts="$3" \
             >"$DIR/b.log" 2>&1
     else
-        timeout -s INT $((T + 6)) "$OURS" testpmd -l 1 --vdev "vhost0,iface=$SOCK" \
+        local zc=
+        [ "$1" = memnic-zc ] && zc=",dequeue-zero-copy=1,dequeue-zero-copy-min-len=$ZC_MIN"
+        timeout -s INT $((T + 6)) "$OURS" testpmd -l 1 --vdev "vhost0,iface=$SOCK$zc" \
             --forward-mode="$2" --txpkts="$3" --duration $((T + 4)) >"$DIR/b.log" 2>&1
     fi
 }
@@ -108,22 +118,29 @@ flip=0
 for r in $(seq "$ROUNDS"); do
     for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do
         [ -t 2 ] && printf '\rround %d of %d: %s %s %s B   ' "$r" "$ROUNDS" "$ring" "$d" "$s" >&2
-        if [ $flip = 0 ]; then order="dpdk memnic"; else order="memnic dpdk"; fi
-        flip=$((1 - flip))
+        # Each cell starts with the next backend in turn (A B, B A; or A B C, B C A, C A B).
+        set -- $IMPLS
+        n=$#
+        order=
+        for k in $(seq 0 $((n - 1))); do
+            i=$(( (flip + k) % n + 1 ))
+            order="$order ${!i}"
+        done
+        flip=$(( (flip + 1) % n ))
         for impl in $order; do one "$impl" "$ring" "$d" "$s"; done
     done; done; done
 done
 [ -t 2 ] && echo >&2
 
 declare -A R
-for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do for impl in dpdk memnic; do
+for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do for impl in $IMPLS; do
     f="$DIR/samples.$impl.$ring.$d.$s"; touch "$f"
     R[$impl.$ring.$d.$s]=$(pct "$f")
 done; done; done; done
 
 if [ $JSON = 1 ]; then
     printf '['; sep=
-    for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do for impl in dpdk memnic; do
+    for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do for impl in $IMPLS; do
         set -- ${R[$impl.$ring.$d.$s]}
         printf '%s{"backend":"%s","ring":"%s","dir":"%s","size":%s,"p20":%s,"p50":%s,"p80":%s,"samples":%s}' \
             "$sep" "$impl" "$ring" "$d" "$s" "$1" "$2" "$3" "$4"
@@ -135,10 +152,22 @@ fi
 echo "vhost-user backend (CPU 1) <-> DPDK virtio-user (CPU 0), $T s per run, $ROUNDS rounds, runs alternating"
 echo "deq: virtio-user txonly -> backend rxonly; enq: backend txonly -> virtio-user rxonly"
 echo "Mpps at the 20th / 50th / 80th percentile of the frontend's stamped ~2-s windows (p80: fast state, p20: slow)"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ printf "%.2f", (b>0)? a/b : 0 }'; }
+if [ "$IMPLS" != "dpdk memnic" ]; then
+    printf '%-6s %-3s %5s | %-20s | %-20s | %-20s | %-14s | %-14s\n' ring dir size "DPDK p20/p50/p80" \
+        "memnic copy" "memnic zero copy" "zc/copy" "zc/DPDK"
+    for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do
+        set -- ${R[dpdk.$ring.$d.$s]} ${R[memnic.$ring.$d.$s]} ${R[memnic-zc.$ring.$d.$s]}
+        printf '%-6s %-3s %5s | %5.2f %5.2f %5.2f n=%-2s | %5.2f %5.2f %5.2f n=%-2s | %5.2f %5.2f %5.2f n=%-2s | %s %s %s | %s %s %s\n' \
+            "$ring" "$d" "$s" "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" \
+            "$(ratio "$9" "$5")" "$(ratio "${10}" "$6")" "$(ratio "${11}" "$7")" \
+            "$(ratio "$9" "$1")" "$(ratio "${10}" "$2")" "$(ratio "${11}" "$3")"
+    done; done; done
+    exit 0
+fi
 printf '%-6s %-3s %5s | %-20s | %-20s | %-17s\n' ring dir size "DPDK p20/p50/p80" "memnic p20/p50/p80" "memnic/DPDK"
 for s in $SIZES; do for ring in $RINGS; do for d in $DIRS; do
     set -- ${R[dpdk.$ring.$d.$s]} ${R[memnic.$ring.$d.$s]}
-    ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ printf "%.2f", (b>0)? a/b : 0 }'; }
     printf '%-6s %-3s %5s | %5.2f %5.2f %5.2f n=%-2s | %5.2f %5.2f %5.2f n=%-2s | %s %s %s\n' \
         "$ring" "$d" "$s" "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" \
         "$(ratio "$5" "$1")" "$(ratio "$6" "$2")" "$(ratio "$7" "$3")"

@@ -27,10 +27,17 @@ use memnic_shm::unix::{poll, PollFd};
 
 use crate::device::Device;
 use crate::queue::{VhostRxQueue, VhostTxQueue, VringSlot};
-use crate::zerocopy::ZeroCopyConfig;
+use crate::zerocopy::{ZeroCopyConfig, DEFAULT_MIN_LEN};
 
 /// Devargs keys: DPDK `net_vhost`'s names, and `mac`.
-pub const DEVARGS_KEYS: &[&str] = &["iface", "queues", "client", "mac", "dequeue-zero-copy"];
+pub const DEVARGS_KEYS: &[&str] = &[
+    "iface",
+    "queues",
+    "client",
+    "mac",
+    "dequeue-zero-copy",
+    "dequeue-zero-copy-min-len",
+];
 
 /// Most queue pairs a port offers.
 pub const MAX_QUEUES: u16 = 8;
@@ -90,7 +97,11 @@ impl VhostConfig {
         }
         c.client = a.bool_or("client", false)?;
         if a.bool_or("dequeue-zero-copy", false)? {
-            c.zero_copy = Some(ZeroCopyConfig::default());
+            let min_len = a.parse_or("dequeue-zero-copy-min-len", DEFAULT_MIN_LEN)?;
+            c.zero_copy = Some(ZeroCopyConfig {
+                min_len,
+                ..ZeroCopyConfig::default()
+            });
         }
         if let Some(m) = a.get("mac") {
             c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
@@ -704,6 +715,8 @@ mod tests {
                 .zero_copy,
             None
         );
+        let z = parse("vhost0,iface=/s,dequeue-zero-copy=1,dequeue-zero-copy-min-len=0");
+        assert_eq!(z.unwrap().zero_copy.unwrap().min_len, 0);
         let e = parse("vhost0,iface=/s,dequeue-zero-copy=maybe").unwrap_err();
         assert!(e.to_string().contains("dequeue-zero-copy"), "{e}");
     }
