@@ -13,6 +13,7 @@ use common::*;
 use memnic_ethdev::{Mbuf, Port, RxQueue, SegKind};
 use memnic_vhost::split::DESC_F_NEXT;
 use memnic_vhost::ZeroCopyConfig;
+use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -295,4 +296,140 @@ fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
     assert_eq!(g.used_elem_in(TXQ, 0), (1, 0));
     drop(f);
     drop(rxq);
+}
+
+/// A guest that offers a buffer id the stack still holds (a driver bug, or a hostile one): the
+/// second chain is copied and returned at once, the held one when it is freed; each of the
+/// two avail entries comes back once.
+#[test]
+fn a_buffer_id_offered_twice_while_held_is_copied_the_second_time() {
+    let mut tp = zc_port("zc4", 64, None);
+    let pool = memnic_test_support::pool("zc4", 64, 2048);
+    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let _f = frontend(&tp.path, &g, &kick, false);
+    let (a, l) = g.frame(0, 300, 7);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "the first", |v| v.len() == 1);
+    g.offer(1, 0);
+    poll(&mut *rxq, &mut got, "the same id again", |v| v.len() == 2);
+    assert_eq!(got[0].kind(), SegKind::External);
+    assert_ne!(
+        got[1].kind(),
+        SegKind::External,
+        "an id already held is copied"
+    );
+    assert_eq!(got[1].to_vec(), vec![7u8; 300]);
+    assert_eq!(g.used_idx(), 1, "the copied one is back at once");
+    drop(got);
+    until_used(&mut *rxq, &g, 2, "the held one, once freed");
+    assert_eq!(used(&g, 0, 2), vec![(0, 0), (0, 0)]);
+    assert_eq!(tp.port.zero_copy_counts(), (1, 0, 0));
+}
+
+/// SET_VRING_ENABLE 0 and a new memory table while the stack holds packets: each request
+/// waits for them up to the drain timeout and goes on; the ring goes on too (the same ring),
+/// so each chain comes back into it once freed. A packet held across the new table reads the
+/// zero pages the old mapping was replaced with, never a fault.
+#[test]
+fn packets_held_across_enable_0_and_a_new_memory_table_come_back_to_the_same_ring() {
+    let mut tp = zc_port("zc5", 64, None);
+    let pool = memnic_test_support::pool("zc5", 64, 2048);
+    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let mut f = frontend(&tp.path, &g, &kick, true);
+    for i in 0..2u16 {
+        let (a, l) = g.frame(i as u64, 300, 1 + i as u8);
+        g.desc(i, d(a, l, 0, 0));
+        g.offer(i, i);
+    }
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "two frames", |v| v.len() == 2);
+    let p1 = got.pop().unwrap();
+    let p0 = got.pop().unwrap();
+
+    let asked = Instant::now();
+    f.set_vring_enable(1, false).unwrap();
+    assert!(
+        asked.elapsed() >= Duration::from_millis(250),
+        "enable 0 waited"
+    );
+    drop(p0);
+    until_used(&mut *rxq, &g, 1, "a chain freed after enable 0");
+
+    f.set_mem_table(&[vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0,
+        memory_size: SIZE as u64,
+        userspace_addr: UVA,
+        mmap_offset: 0,
+        mmap_handle: std::os::fd::AsRawFd::as_raw_fd(&g.fd),
+    }])
+    .unwrap();
+    assert_eq!(p1.to_vec(), vec![0u8; 300], "the old mapping reads zeros");
+    drop(p1);
+    until_used(&mut *rxq, &g, 2, "a chain freed after the new table");
+    assert_eq!(used(&g, 0, 2), vec![(0, 0), (1, 0)]);
+    assert_eq!(tp.port.zero_copy_counts(), (2, 0, 0));
+
+    f.set_vring_enable(1, true).unwrap();
+    let (a, l) = g.frame(2, 300, 9);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(2, 0);
+    poll(&mut *rxq, &mut got, "a frame after", |v| v.len() == 1);
+    assert_eq!(got[0].to_vec(), vec![9u8; 300]);
+}
+
+/// A frontend that goes away while the stack holds its packets: the disconnect waits up to
+/// the drain timeout, then the chains are abandoned, the packets read zeros (the guest's
+/// memory was let go), and their completions are discarded, not written for the next
+/// frontend.
+#[test]
+fn packets_that_outlive_their_frontend_read_zeros_and_their_completions_are_discarded() {
+    let mut tp = zc_port("zc6", 64, None);
+    let pool = memnic_test_support::pool("zc6", 64, 2048);
+    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&tp.path, &g, &kick, false);
+    let (a, l) = g.frame(0, 300, 5);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    let mut got = Vec::new();
+    poll(&mut *rxq, &mut got, "a frame", |v| v.len() == 1);
+    let held = got.pop().unwrap();
+    drop(f);
+    tp.wait_disconnects(1);
+    assert_eq!(
+        held.to_vec(),
+        vec![0u8; 300],
+        "the departed guest's memory reads zeros"
+    );
+    rxq.rx_burst(&mut got, 32);
+    assert_eq!(tp.port.zero_copy_counts(), (1, 1, 0), "abandoned");
+
+    let g2 = Guest::new();
+    let _f2 = frontend(&tp.path, &g2, &kick, false);
+    let (a, l) = g2.frame(0, 300, 6);
+    g2.desc(0, d(a, l, 0, 0));
+    g2.offer(0, 0);
+    poll(&mut *rxq, &mut got, "the next frontend's frame", |v| {
+        v.len() == 1
+    });
+    drop(held);
+    for _ in 0..20 {
+        rxq.rx_burst(&mut got, 32);
+    }
+    assert_eq!(g2.used_idx(), 0, "the next frontend's chain is still held");
+    assert_eq!(
+        tp.port.zero_copy_counts(),
+        (2, 1, 1),
+        "the late segment discarded"
+    );
+    assert_eq!(got[0].to_vec(), vec![6u8; 300]);
+    got.clear();
+    until_used(&mut *rxq, &g2, 1, "the next frontend's chain");
 }
