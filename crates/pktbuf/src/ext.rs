@@ -3,11 +3,11 @@
 //!
 //! The owner (the lcore polling one queue) attaches a range of a peer's region as a read-only
 //! [`Mbuf`] with a `tag` (a vhost descriptor head, say). Whoever frees that segment, on whatever
-//! thread and in whatever order relative to the rest of its chain, pushes its slot onto the pool's
-//! completion queue: exactly once, because an `Mbuf` is not `Clone`. The owner collects the tags
-//! with [`ExtPool::reap`] and reuses the slots. Nothing is allocated and no lock is taken per
-//! segment: slots are preallocated, and the completion queue is a bounded lock-free queue as big
-//! as the pool (it can never be full: a slot is queued at most once per attach).
+//! thread and in whatever order relative to the rest of its chain, sets its slot's completion
+//! flag: exactly once, because an `Mbuf` is not `Clone`. The owner collects the tags with
+//! [`ExtPool::reap`], which looks at the flags of the slots it has out, and reuses the slots.
+//! Nothing is allocated and no lock or read-modify-write is taken per segment: slots are
+//! preallocated, a free is one Release store, and a reap costs one load per segment out.
 //!
 //! Each slot keeps the region it last pointed into (an `Arc`, replaced only when a later attach
 //! names another region), so a mapping stays mapped while any segment can still read it; a
@@ -18,7 +18,9 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crossbeam_queue::ArrayQueue;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
 use memnic_shm::Region;
 
 use crate::mbuf::{Links, Mbuf};
@@ -40,17 +42,17 @@ pub enum ExtError {
 /// The part of an external pool that segments reach from any thread.
 pub(crate) struct ExtInner {
     pub(crate) links: Links,
-    /// Slots freed and not yet reaped. Push (any thread) and pop (the owner) are the queue's own
-    /// Release/Acquire pair: the owner sees a slot only after the freeing thread's last read of
-    /// the segment's bytes, so the peer may reuse the buffer once we report the tag.
-    done: ArrayQueue<u32>,
+    /// Per slot: its segment was freed and the owner has not reaped it yet.
+    done: Box<[AtomicBool]>,
 }
 
 impl ExtInner {
     #[inline(always)]
     pub(crate) fn complete(&self, idx: u32) {
-        let pushed = self.done.push(idx);
-        debug_assert!(pushed.is_ok(), "a slot completes at most once per attach");
+        // Release: pairs with the Acquire in `ExtPool::reap`; the freeing thread's last read of
+        // the segment's bytes comes first, so the peer may reuse the buffer once we report it.
+        let was = self.done[idx as usize].swap(true, Release);
+        debug_assert!(!was, "a slot completes at most once per attach");
     }
 }
 
@@ -59,6 +61,8 @@ pub struct ExtPool {
     inner: NonNull<ExtInner>,
     name: String,
     free: Vec<u32>,
+    /// Slots attached and not yet reaped.
+    out: Vec<u32>,
     tags: Box<[u64]>,
     regions: Box<[Option<Arc<Region>>]>,
     outstanding: u32,
@@ -83,12 +87,13 @@ impl ExtPool {
         let slots = slots.max(1);
         let inner = Box::new(ExtInner {
             links: Links::new(slots),
-            done: ArrayQueue::new(slots as usize),
+            done: (0..slots).map(|_| AtomicBool::new(false)).collect(),
         });
         ExtPool {
             inner: NonNull::from(Box::leak(inner)),
             name: name.into(),
             free: (0..slots).rev().collect(),
+            out: Vec::with_capacity(slots as usize),
             tags: vec![0; slots as usize].into_boxed_slice(),
             regions: (0..slots).map(|_| None).collect(),
             outstanding: 0,
@@ -110,9 +115,13 @@ impl ExtPool {
         self.outstanding
     }
 
-    /// Segments freed and waiting for [`ExtPool::reap`].
+    /// Segments freed and waiting for [`ExtPool::reap`] (one load per segment out).
     pub fn pending(&self) -> usize {
-        self.inner().done.len()
+        let done = &self.inner().done;
+        self.out
+            .iter()
+            .filter(|&&i| done[i as usize].load(Relaxed))
+            .count()
     }
 
     /// A read-only segment over `len` bytes at `offset` of `region`, carrying `tag`.
@@ -144,6 +153,7 @@ impl ExtPool {
             self.regions[slot] = Some(region.clone());
         }
         self.outstanding += 1;
+        self.out.push(idx);
         let buf = NonNull::new(window.addr() as *mut u8).expect("inside a mapping");
         Ok(Mbuf::from_ext(self.inner, idx, buf, len))
     }
@@ -156,15 +166,28 @@ impl ExtPool {
         }
     }
 
-    /// Appends the tags of the segments freed since the last call to `out` (in the order they
-    /// were freed) and makes their slots reusable; returns how many.
+    /// Appends the tags of the segments freed since the last call to `out` (in no particular
+    /// order) and makes their slots reusable; returns how many.
     #[inline(always)]
     pub fn reap(&mut self, out: &mut Vec<u64>) -> usize {
+        // SAFETY: the allocation lives until this pool's drop (see `inner`); borrowed apart from
+        // the fields the loop changes.
+        let done = unsafe { &self.inner.as_ref().done };
         let mut n = 0;
-        while let Some(idx) = self.inner().done.pop() {
-            out.push(self.tags[idx as usize]);
-            self.free.push(idx);
-            n += 1;
+        let mut i = 0;
+        while i < self.out.len() {
+            let idx = self.out[i];
+            // Acquire: pairs with the Release in `ExtInner::complete`.
+            if done[idx as usize].load(Acquire) {
+                // Relaxed: the slot is ours again; its next attach is ordered by this thread.
+                done[idx as usize].store(false, Relaxed);
+                out.push(self.tags[idx as usize]);
+                self.free.push(idx);
+                self.out.swap_remove(i);
+                n += 1;
+            } else {
+                i += 1;
+            }
         }
         self.outstanding -= n as u32;
         n

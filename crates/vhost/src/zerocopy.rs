@@ -200,11 +200,10 @@ impl ZeroCopy {
     #[inline(always)]
     pub fn reap(&mut self, mut put: impl FnMut(Chain)) -> Reaped {
         let mut r = Reaped::default();
-        if self.ext.pending() == 0 {
+        self.tags.clear();
+        if self.ext.reap(&mut self.tags) == 0 {
             return r;
         }
-        self.tags.clear();
-        self.ext.reap(&mut self.tags);
         for &tag in &self.tags {
             let id = (tag & 0xffff) as usize;
             let held = match self.held.get_mut(id) {
