@@ -18,9 +18,6 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-
 use memnic_shm::Region;
 
 use crate::mbuf::{Links, Mbuf};
@@ -39,20 +36,76 @@ pub enum ExtError {
     },
 }
 
+/// The atomics of [`Completions`]: std's, or loom's under `cfg(loom)`, so that the model in
+/// `tests/loom_ext.rs` runs this very code.
+mod sync {
+    #[cfg(loom)]
+    pub(super) use loom::sync::atomic::AtomicBool;
+    #[cfg(not(loom))]
+    pub(super) use std::sync::atomic::AtomicBool;
+}
+
+/// The completion flags of an external pool's slots: set by whoever frees a slot's segment (any
+/// thread), taken by the owner when it reaps. The one cross-thread protocol of external
+/// segments: a flag set with Release and seen with Acquire puts the freeing thread's last read
+/// of the segment's bytes before the owner reports the slot, after which the peer may rewrite
+/// the buffer.
+#[doc(hidden)]
+pub struct Completions(Box<[sync::AtomicBool]>);
+
+impl Completions {
+    pub fn new(slots: u32) -> Completions {
+        Completions((0..slots).map(|_| sync::AtomicBool::new(false)).collect())
+    }
+
+    /// Slot `idx`'s segment was freed (once per attach).
+    #[inline(always)]
+    pub fn complete(&self, idx: u32) {
+        use std::sync::atomic::Ordering::Release;
+        // Release: pairs with the Acquire in `take`; the reads of the segment come first.
+        let was = self.0[idx as usize].swap(true, Release);
+        debug_assert!(!was, "a slot completes at most once per attach");
+    }
+
+    /// The negative control of the loom model: `complete` with the Release taken away.
+    #[cfg(loom)]
+    pub fn complete_unordered(&self, idx: u32) {
+        self.0[idx as usize].store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether slot `idx` completed since it was last taken; if so it is the owner's again.
+    #[inline(always)]
+    pub fn take(&self, idx: u32) -> bool {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        let flag = &self.0[idx as usize];
+        // Acquire: pairs with the Release in `complete`.
+        if !flag.load(Acquire) {
+            return false;
+        }
+        // Relaxed: no one else writes the flag until the owner attaches the slot again, and
+        // that attach (this thread) hands the segment over with its own synchronisation.
+        flag.store(false, Relaxed);
+        true
+    }
+
+    /// Whether slot `idx` completed, without taking it.
+    pub fn is_done(&self, idx: u32) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a count for statistics; `take` orders what follows a completion.
+        self.0[idx as usize].load(Relaxed)
+    }
+}
+
 /// The part of an external pool that segments reach from any thread.
 pub(crate) struct ExtInner {
     pub(crate) links: Links,
-    /// Per slot: its segment was freed and the owner has not reaped it yet.
-    done: Box<[AtomicBool]>,
+    done: Completions,
 }
 
 impl ExtInner {
     #[inline(always)]
     pub(crate) fn complete(&self, idx: u32) {
-        // Release: pairs with the Acquire in `ExtPool::reap`; the freeing thread's last read of
-        // the segment's bytes comes first, so the peer may reuse the buffer once we report it.
-        let was = self.done[idx as usize].swap(true, Release);
-        debug_assert!(!was, "a slot completes at most once per attach");
+        self.done.complete(idx);
     }
 }
 
@@ -87,7 +140,7 @@ impl ExtPool {
         let slots = slots.max(1);
         let inner = Box::new(ExtInner {
             links: Links::new(slots),
-            done: (0..slots).map(|_| AtomicBool::new(false)).collect(),
+            done: Completions::new(slots),
         });
         ExtPool {
             inner: NonNull::from(Box::leak(inner)),
@@ -118,10 +171,7 @@ impl ExtPool {
     /// Segments freed and waiting for [`ExtPool::reap`] (one load per segment out).
     pub fn pending(&self) -> usize {
         let done = &self.inner().done;
-        self.out
-            .iter()
-            .filter(|&&i| done[i as usize].load(Relaxed))
-            .count()
+        self.out.iter().filter(|&&i| done.is_done(i)).count()
     }
 
     /// A read-only segment over `len` bytes at `offset` of `region`, carrying `tag`.
@@ -177,10 +227,7 @@ impl ExtPool {
         let mut i = 0;
         while i < self.out.len() {
             let idx = self.out[i];
-            // Acquire: pairs with the Release in `ExtInner::complete`.
-            if done[idx as usize].load(Acquire) {
-                // Relaxed: the slot is ours again; its next attach is ordered by this thread.
-                done[idx as usize].store(false, Relaxed);
+            if done.take(idx) {
                 out.push(self.tags[idx as usize]);
                 self.free.push(idx);
                 self.out.swap_remove(i);

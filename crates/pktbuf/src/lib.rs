@@ -12,8 +12,9 @@
 //!   - **shared**: a buffer of a pool a peer can see and write. Its bytes are reached only through
 //!     bounds-checked copies ([`VolatileSlice`](memnic_shm::VolatileSlice)), never a reference;
 //!   - **external**: memory we do not own (a range of a peer's region, such as a guest's vhost tx
-//!     buffer), read-only, attached through an [`ExtPool`]. Freeing it queues its tag on the
-//!     `ExtPool`'s completion list, exactly once; it never enters a `Mempool`.
+//!     buffer), read-only, attached through an [`ExtPool`]. Freeing it sets the slot's
+//!     completion flag, exactly once, for the `ExtPool`'s owner to reap; it never enters a
+//!     `Mempool`.
 //!
 //! Freeing is by ownership: an `Mbuf` is not `Clone`, so each segment is released exactly once,
 //! whichever way the chain is taken apart and whichever thread frees it. [`PoolCache::free`] is
@@ -28,7 +29,7 @@ mod ext;
 mod mbuf;
 mod pool;
 
-pub use ext::{ExtError, ExtPool};
+pub use ext::{Completions, ExtError, ExtPool};
 pub use mbuf::{Mbuf, SegKind, Segments};
 pub use pool::{Mempool, PoolCache, PoolConfig};
 
