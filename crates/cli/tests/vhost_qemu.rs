@@ -89,9 +89,14 @@ struct Backend {
 
 impl Backend {
     fn start(tag: &str) -> Backend {
+        Backend::start_with(tag, "")
+    }
+
+    /// With more devargs for both ports (`opts`, with a leading comma).
+    fn start_with(tag: &str, opts: &str) -> Backend {
         let socks = [0, 1].map(|i| Sock::new(&format!("qemu-{tag}-{i}")));
-        let v0 = format!("vhost0,iface={}", socks[0].0);
-        let v1 = format!("vhost1,iface={}", socks[1].0);
+        let v0 = format!("vhost0,iface={}{opts}", socks[0].0);
+        let v1 = format!("vhost1,iface={}{opts}", socks[1].0);
         let me = common::spawn(&[
             "testpmd",
             "-l",
@@ -265,8 +270,13 @@ fn assert_ping_and_tcp(res: &[(String, String)], phase: &[(String, String)], sai
 }
 
 fn ping_and_tcp(tag: &str, nic: &str) {
+    ping_and_tcp_with(tag, nic, "");
+}
+
+/// [`ping_and_tcp`] with more of our devargs (`ours`); returns our JSON report.
+fn ping_and_tcp_with(tag: &str, nic: &str, ours: &str) -> serde_json::Value {
     let t0 = Instant::now();
-    let be = Backend::start(tag);
+    let be = Backend::start_with(tag, ours);
     let init = init(&format!(
         r#"{PING_AND_TCP}
 counters 1
@@ -284,6 +294,33 @@ result "GUEST-RESULT ping=$ping tcp=$tcp size=$size sent=$sent got=$got"
     eprintln!("guest: {}", console_line(&console, "GUEST-COUNTERS"));
     eprintln!("ours: {}", ports_line(&j));
     eprintln!("took {:?}", t0.elapsed());
+    j
+}
+
+/// The same with dequeue zero copy on both ports: the guest's tx buffers go up as segments,
+/// are copied once into the other NIC's rx buffers, and their chains come back when that copy
+/// frees them; the TCP stream's full-size frames go uncopied (split and packed rings).
+#[test]
+fn poll_guest_pings_and_streams_tcp_through_zero_copy_ports() {
+    for (tag, nic) in [("tcpzc", ""), ("tcpzcpk", ",packed=on")] {
+        let j = ping_and_tcp_with(tag, nic, ",dequeue-zero-copy=1");
+        for p in 0..2 {
+            let x = &j["ports"][p]["xstats"];
+            assert_eq!(x["zero_copy_late"], 0, "{tag}: {j}");
+            assert_eq!(x["zero_copy_abandoned"], 0, "{tag}: {j}");
+        }
+        let zc: u64 = (0..2)
+            .map(|p| {
+                j["ports"][p]["xstats"]["zero_copy_chains"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .sum();
+        assert!(
+            zc > 600,
+            "{tag}: the stream's frames went up uncopied ({zc}): {j}"
+        );
+    }
 }
 
 /// The guest unloads and reloads virtio_net (the device is reset, QEMU stops and restarts both
@@ -302,8 +339,30 @@ fn poll_guest_on_packed_rings_reloads_virtio_net_and_traffic_resumes() {
 }
 
 fn reload(tag: &str, nic: &str) {
+    reload_with(tag, nic, "");
+}
+
+/// The reload with every frame uncopied (zero copy, no threshold): QEMU's GET_VRING_BASEs wait
+/// for the chains our io forwarding holds, and none is abandoned or completed late.
+#[test]
+fn poll_guest_reloads_virtio_net_with_zero_copy_and_traffic_resumes() {
+    let j = reload_with(
+        "reloadzc",
+        "",
+        ",dequeue-zero-copy=1,dequeue-zero-copy-min-len=0",
+    );
+    for p in 0..2 {
+        let x = &j["ports"][p]["xstats"];
+        assert!(x["zero_copy_chains"].as_u64().unwrap() > 0, "{j}");
+        assert_eq!(x["zero_copy_late"], 0, "{j}");
+        assert_eq!(x["zero_copy_abandoned"], 0, "{j}");
+    }
+}
+
+/// [`reload`] with more of our devargs (`ours`); returns our JSON report.
+fn reload_with(tag: &str, nic: &str, ours: &str) -> serde_json::Value {
     let t0 = Instant::now();
-    let be = Backend::start(tag);
+    let be = Backend::start_with(tag, ours);
     let init = init(
         r#"
 before=$(pings 3)
@@ -333,6 +392,7 @@ result "GUEST-RESULT before=$before after=$after"
     }
     eprintln!("ours: {}", ports_line(&j));
     eprintln!("took {:?}", t0.elapsed());
+    j
 }
 
 /// The guest reboots (`reboot -f`: QEMU resets the machine, which stops both NICs' rings on our
