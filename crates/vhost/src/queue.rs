@@ -242,6 +242,9 @@ impl RxQueue for VhostRxQueue {
         if let Some(zc) = &q.s.zc {
             // Relaxed: the control thread polls it while it drains; the gate orders the rest.
             q.slot.zc_held.store(zc.out().into(), Relaxed);
+            // Relaxed: a counter, stored (not added to: a locked add per chain drained the
+            // store buffer on the data path) once per burst.
+            q.slot.zc_chains.store(zc.chains(), Relaxed);
         }
         q.exit();
         pkts.len() - start
@@ -358,8 +361,6 @@ fn dequeue<V: Vring>(
                 let frame = (total as usize).saturating_sub(c.hdr_len);
                 if zc.takes(chain.id, frame, segments(&s.pieces, c.hdr_len)) {
                     if let Some(m) = zc.attach(&c.mem, &s.pieces, c.hdr_len, chain) {
-                        // Relaxed: a counter.
-                        slot.zc_chains.fetch_add(1, Relaxed);
                         taken += 1;
                         took[nb] = Taken {
                             m: Some(m),

@@ -88,6 +88,8 @@ pub(crate) struct ZeroCopy {
     out: u16,
     budget: u16,
     tags: Vec<u64>,
+    /// Chains sent up uncopied so far.
+    chains: u64,
 }
 
 impl ZeroCopy {
@@ -100,12 +102,18 @@ impl ZeroCopy {
             out: 0,
             budget: 0,
             tags: Vec::new(),
+            chains: 0,
         }
     }
 
     /// Chains held now.
     pub fn out(&self) -> u16 {
         self.out
+    }
+
+    /// Chains sent up uncopied since the queue was made.
+    pub fn chains(&self) -> u64 {
+        self.chains
     }
 
     /// The queue loaded ring `ring_id` of `size` slots (or none): the same ring goes on with
@@ -183,6 +191,7 @@ impl ZeroCopy {
             descs: chain.descs,
         };
         self.out += 1;
+        self.chains += 1;
         Some(m)
     }
 
