@@ -61,10 +61,12 @@ impl Completions {
     /// Slot `idx`'s segment was freed (once per attach).
     #[inline(always)]
     pub fn complete(&self, idx: u32) {
-        use std::sync::atomic::Ordering::Release;
-        // Release: pairs with the Acquire in `take`; the reads of the segment come first.
-        let was = self.0[idx as usize].swap(true, Release);
-        debug_assert!(!was, "a slot completes at most once per attach");
+        use std::sync::atomic::Ordering::{Relaxed, Release};
+        let flag = &self.0[idx as usize];
+        debug_assert!(!flag.load(Relaxed), "a slot completes at most once per attach");
+        // Release: pairs with the Acquire in `take`; the reads of the segment come first. A
+        // plain store: a swap would be a locked instruction, a full barrier per segment freed.
+        flag.store(true, Release);
     }
 
     /// The negative control of the loom model: `complete` with the Release taken away.
