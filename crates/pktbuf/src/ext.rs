@@ -63,7 +63,10 @@ impl Completions {
     pub fn complete(&self, idx: u32) {
         use std::sync::atomic::Ordering::{Relaxed, Release};
         let flag = &self.0[idx as usize];
-        debug_assert!(!flag.load(Relaxed), "a slot completes at most once per attach");
+        debug_assert!(
+            !flag.load(Relaxed),
+            "a slot completes at most once per attach"
+        );
         // Release: pairs with the Acquire in `take`; the reads of the segment come first. A
         // plain store: a swap would be a locked instruction, a full barrier per segment freed.
         flag.store(true, Release);
