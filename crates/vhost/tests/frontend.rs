@@ -193,12 +193,7 @@ fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
     assert_eq!(f.get_vring_base(1).unwrap(), 3);
 
     // The driver's new ring: zeroed, from index 0; kick, then call, with no burst between.
-    g.mem
-        .write_bytes(TXQ.avail as usize, &[0u8; 0x1000])
-        .unwrap();
-    g.mem
-        .write_bytes(TXQ.used as usize, &[0u8; 0x1000])
-        .unwrap();
+    g.zero_txq();
     f.set_vring_num(1, Q).unwrap();
     f.set_vring_base(1, 0).unwrap();
     f.set_vring_kick(1, &kick).unwrap();

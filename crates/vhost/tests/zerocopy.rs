@@ -10,23 +10,46 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use memnic_ethdev::{Mbuf, Port, RxQueue, SegKind};
+use memnic_ethdev::{Mbuf, Mempool, Port, RxQueue, SegKind};
 use memnic_vhost::split::DESC_F_NEXT;
 use memnic_vhost::ZeroCopyConfig;
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vmm_sys_util::eventfd::EventFd;
 
-/// A port with zero copy on: every frame of `min_len` bytes or more goes up uncopied, at most
-/// `budget` chains at a time.
-fn zc_port(tag: &str, min_len: usize, budget: Option<u16>) -> TestPort {
-    TestPort::new(tag, |c| {
+/// A port with zero copy on (every frame of 64 bytes or more uncopied, at most `budget` chains
+/// at a time, a 300-ms drain), its rx queue 0, and a frontend (with REPLY_ACK: `reply_ack`)
+/// that set up the guest's tx ring over `g`.
+struct Rig {
+    tp: TestPort,
+    pool: Mempool,
+    rxq: Box<dyn RxQueue>,
+    g: Guest,
+    kick: EventFd,
+    f: vhost::vhost_user::Frontend,
+}
+
+fn rig(tag: &str, budget: Option<u16>, reply_ack: bool) -> Rig {
+    let mut tp = TestPort::new(tag, |c| {
         c.zero_copy = Some(ZeroCopyConfig {
-            min_len,
+            min_len: 64,
             budget,
             drain_timeout: Duration::from_millis(300),
         })
-    })
+    });
+    let pool = memnic_test_support::pool(tag, 64, 2048);
+    let rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&tp.path, &g, &kick, reply_ack);
+    Rig {
+        tp,
+        pool,
+        rxq,
+        g,
+        kick,
+        f,
+    }
 }
 
 /// Writes a chain at descriptors `first..`: the 12-byte header in its own buffer, then the
@@ -75,12 +98,14 @@ fn until_used(rxq: &mut dyn RxQueue, g: &Guest, n: u16, what: &str) {
 
 #[test]
 fn zero_copy_chains_complete_out_of_order_each_head_exactly_once() {
-    let mut tp = zc_port("zc1", 64, None);
-    let pool = memnic_test_support::pool("zc1", 64, 2048);
-    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
-    let _f = frontend(&tp.path, &g, &kick, false);
+    let Rig {
+        tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick: _kick,
+        f: _f,
+    } = rig("zc1", None, false);
 
     // A: header + three buffers (descriptors 0-3); B, C, D: header + one buffer each; E: a
     // frame below the threshold, copied.
@@ -165,12 +190,14 @@ fn zero_copy_chains_complete_out_of_order_each_head_exactly_once() {
 
 #[test]
 fn a_consumer_holding_every_packet_does_not_stall_the_guest() {
-    let mut tp = zc_port("zc2", 64, Some(2));
-    let pool = memnic_test_support::pool("zc2", 64, 2048);
-    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
-    let _f = frontend(&tp.path, &g, &kick, false);
+    let Rig {
+        tp: _tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick: _kick,
+        f: _f,
+    } = rig("zc2", Some(2), false);
 
     // The guest sends 40 frames from its 8 descriptors, reusing each as it comes back; the
     // consumer keeps every packet.
@@ -216,12 +243,14 @@ fn a_consumer_holding_every_packet_does_not_stall_the_guest() {
 
 #[test]
 fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
-    let mut tp = zc_port("zc3", 64, None);
-    let pool = memnic_test_support::pool("zc3", 64, 2048);
-    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
-    let f = frontend(&tp.path, &g, &kick, false);
+    let Rig {
+        tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+        f,
+    } = rig("zc3", None, false);
     for i in 0..2u16 {
         let (a, l) = g.frame(i as u64, 300, i as u8);
         g.desc(i, d(a, l, 0, 0));
@@ -262,12 +291,7 @@ fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
 
     // Its late completion is discarded: it neither goes into the ring set up again nor counts
     // down the chain that now holds the same buffer id there.
-    g.mem
-        .write_bytes(TXQ.avail as usize, &[0u8; 0x1000])
-        .unwrap();
-    g.mem
-        .write_bytes(TXQ.used as usize, &[0u8; 0x1000])
-        .unwrap();
+    g.zero_txq();
     assert!(!tp.port.link().up, "the only ring stopped");
     f.set_vring_base(1, 0).unwrap();
     f.set_vring_kick(1, &kick).unwrap();
@@ -303,12 +327,14 @@ fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
 /// two avail entries comes back once.
 #[test]
 fn a_buffer_id_offered_twice_while_held_is_copied_the_second_time() {
-    let mut tp = zc_port("zc4", 64, None);
-    let pool = memnic_test_support::pool("zc4", 64, 2048);
-    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
-    let _f = frontend(&tp.path, &g, &kick, false);
+    let Rig {
+        tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick: _kick,
+        f: _f,
+    } = rig("zc4", None, false);
     let (a, l) = g.frame(0, 300, 7);
     g.desc(0, d(a, l, 0, 0));
     g.offer(0, 0);
@@ -336,12 +362,14 @@ fn a_buffer_id_offered_twice_while_held_is_copied_the_second_time() {
 /// zero pages the old mapping was replaced with, never a fault.
 #[test]
 fn packets_held_across_enable_0_and_a_new_memory_table_come_back_to_the_same_ring() {
-    let mut tp = zc_port("zc5", 64, None);
-    let pool = memnic_test_support::pool("zc5", 64, 2048);
-    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
-    let mut f = frontend(&tp.path, &g, &kick, true);
+    let Rig {
+        tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick: _kick,
+        mut f,
+    } = rig("zc5", None, true);
     for i in 0..2u16 {
         let (a, l) = g.frame(i as u64, 300, 1 + i as u8);
         g.desc(i, d(a, l, 0, 0));
@@ -389,12 +417,14 @@ fn packets_held_across_enable_0_and_a_new_memory_table_come_back_to_the_same_rin
 /// frontend.
 #[test]
 fn packets_that_outlive_their_frontend_read_zeros_and_their_completions_are_discarded() {
-    let mut tp = zc_port("zc6", 64, None);
-    let pool = memnic_test_support::pool("zc6", 64, 2048);
-    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
-    let f = frontend(&tp.path, &g, &kick, false);
+    let Rig {
+        tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+        f,
+    } = rig("zc6", None, false);
     let (a, l) = g.frame(0, 300, 5);
     g.desc(0, d(a, l, 0, 0));
     g.offer(0, 0);

@@ -88,6 +88,15 @@ impl Guest {
         self.mem.u16(at).store(head, Relaxed);
         self.set_avail_idx_in(vq, idx.wrapping_add(1));
     }
+    /// The driver's new tx ring before it sets it up again: avail and used areas zeroed.
+    pub fn zero_txq(&self) {
+        self.mem
+            .write_bytes(TXQ.avail as usize, &[0u8; 0x1000])
+            .unwrap();
+        self.mem
+            .write_bytes(TXQ.used as usize, &[0u8; 0x1000])
+            .unwrap();
+    }
     pub fn set_avail_idx(&self, v: u16) {
         self.set_avail_idx_in(TXQ, v)
     }
