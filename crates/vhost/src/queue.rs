@@ -292,9 +292,10 @@ impl RxQueue for VhostRxQueue {
 const ZC_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Takes up to `max` (and a burst's worth) of the guest's tx chains into `pkts`, in batches of
-/// [`DEQ_BATCH`]: each frame copied into our buffers (or, with zero copy, handed up as
-/// segments over the guest's buffers, its chain returned once they are freed), each chain handed back as used (length 0: the device wrote
-/// nothing into it), the lot published once (with IN_ORDER, as one used entry).
+/// [`DEQ_BATCH`]: each frame copied into our buffers and its chain handed back as used (length
+/// 0: the device wrote nothing into it), the lot published once (with IN_ORDER, as one used
+/// entry); or, with zero copy, the frame handed up as segments over the guest's buffers and its
+/// chain handed back at the first burst after they are all freed.
 #[inline(always)]
 fn dequeue<V: Vring>(
     r: &V,
