@@ -359,8 +359,7 @@ fn dequeue<V: Vring>(
                 break;
             }
             if let (Some(zc), Ok(total), true) = (&mut s.zc, walked, zc_on) {
-                let frame = (total as usize).saturating_sub(c.hdr_len);
-                if zc.takes(chain.id, frame, segments(&s.pieces, c.hdr_len)) {
+                if zc.takes(chain.id, total, &s.pieces, c.hdr_len) {
                     if let Some(m) = zc.attach(&c.mem, &s.pieces, c.hdr_len, chain) {
                         taken += 1;
                         took[nb] = Taken {
@@ -499,22 +498,6 @@ impl Default for Taken {
             zero_copy: false,
         }
     }
-}
-
-/// Buffers a chain's frame spans after its `hdr_len`-byte header.
-#[inline(always)]
-fn segments(pieces: &[Piece], hdr_len: usize) -> usize {
-    let mut skip = hdr_len;
-    let mut n = 0;
-    for p in pieces {
-        if skip >= p.len {
-            skip -= p.len;
-        } else {
-            skip = 0;
-            n += 1;
-        }
-    }
-    n
 }
 
 /// Prefetches the first line of a tx chain's frame (past its virtio-net header).

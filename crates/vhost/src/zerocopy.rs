@@ -60,6 +60,22 @@ pub const MAX_SEGS: usize = 8;
 /// External segments a queue has (every held chain's, and the freed ones not yet reaped).
 const EXT_SLOTS: u32 = 4096;
 
+/// Buffers a chain's frame spans after its `hdr_len`-byte header.
+#[inline(always)]
+fn segments(pieces: &[Piece], hdr_len: usize) -> usize {
+    let mut skip = hdr_len;
+    let mut n = 0;
+    for p in pieces {
+        if skip >= p.len {
+            skip -= p.len;
+        } else {
+            skip = 0;
+            n += 1;
+        }
+    }
+    n
+}
+
 /// A chain held by the stack: segments not yet freed, ring slots it took.
 #[derive(Debug, Clone, Copy, Default)]
 struct Held {
@@ -137,14 +153,18 @@ impl ZeroCopy {
         abandoned
     }
 
-    /// Whether a chain whose frame is `frame_len` bytes in `segs` buffers may go up uncopied.
+    /// Whether chain `id` of `total` bytes in `pieces` (a `hdr_len`-byte header first) may go
+    /// up uncopied. The cheap checks come first: most frames that are copied stop at the size.
     #[inline(always)]
-    pub fn takes(&self, id: u16, frame_len: usize, segs: usize) -> bool {
-        frame_len >= self.cfg.min_len
-            && self.out < self.budget
-            && segs <= MAX_SEGS
-            && self.ext.capacity() - self.ext.outstanding() >= segs as u32
-            && self.held.get(id as usize).is_some_and(|h| h.segs == 0)
+    pub fn takes(&self, id: u16, total: u32, pieces: &[Piece], hdr_len: usize) -> bool {
+        if (total as usize).saturating_sub(hdr_len) < self.cfg.min_len
+            || self.out >= self.budget
+            || self.held.get(id as usize).is_none_or(|h| h.segs != 0)
+        {
+            return false;
+        }
+        let segs = segments(pieces, hdr_len);
+        segs <= MAX_SEGS && self.ext.capacity() - self.ext.outstanding() >= segs as u32
     }
 
     /// The chain's frame as a packet of external segments, one per piece after the first

@@ -81,6 +81,13 @@ fn used(g: &Guest, from: u16, to: u16) -> Vec<(u32, u32)> {
     (from..to).map(|i| g.used_elem_in(TXQ, i)).collect()
 }
 
+/// Twenty bursts: enough for anything freed to be handed back.
+fn spin(rxq: &mut dyn RxQueue, got: &mut Vec<Mbuf>) {
+    for _ in 0..20 {
+        rxq.rx_burst(got, 32);
+    }
+}
+
 /// Bursts (handing back what completed) until the used index reaches `n`.
 fn until_used(rxq: &mut dyn RxQueue, g: &Guest, n: u16, what: &str) {
     let mut got = Vec::new();
@@ -155,9 +162,7 @@ fn zero_copy_chains_complete_out_of_order_each_head_exactly_once() {
     let mut a2 = a.take_next().expect("A's second segment");
     let a3 = a2.take_next().expect("A's third segment");
     drop(a2);
-    for _ in 0..20 {
-        rxq.rx_burst(&mut got, 32);
-    }
+    spin(&mut *rxq, &mut got);
     assert_eq!(
         g.used_idx(),
         1,
@@ -217,9 +222,7 @@ fn a_consumer_holding_every_packet_does_not_stall_the_guest() {
         }
         if sent < 40 {
             if let Some(i) = free.pop() {
-                let (a, l) = g.frame(i as u64, 200, sent as u8);
-                g.desc(i, d(a, l, 0, 0));
-                g.offer(sent, i);
+                g.send(sent, i, i as u64, 200, sent as u8);
                 sent += 1;
             }
         }
@@ -252,9 +255,7 @@ fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
         f,
     } = rig("zc3", None, false);
     for i in 0..2u16 {
-        let (a, l) = g.frame(i as u64, 300, i as u8);
-        g.desc(i, d(a, l, 0, 0));
-        g.offer(i, i);
+        g.send(i, i, i as u64, 300, i as u8);
     }
     let mut got = Vec::new();
     poll(&mut *rxq, &mut got, "two frames", |v| v.len() == 2);
@@ -296,9 +297,7 @@ fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
     f.set_vring_base(1, 0).unwrap();
     f.set_vring_kick(1, &kick).unwrap();
     wait_until("the ring set up again", || tp.port.link().up);
-    let (a, l) = g.frame(5, 300, 0x55);
-    g.desc(1, d(a, l, 0, 0));
-    g.offer(0, 1);
+    g.send(0, 1, 5, 300, 0x55);
     let mut got = Vec::new();
     poll(&mut *rxq, &mut got, "a frame on the new ring", |v| {
         v.len() == 1
@@ -306,9 +305,7 @@ fn a_stopped_ring_waits_for_held_chains_or_abandons_them_after_the_timeout() {
     assert_eq!(got[0].to_vec(), vec![0x55; 300]);
     assert_eq!(got[0].kind(), SegKind::External);
     drop(second);
-    for _ in 0..20 {
-        rxq.rx_burst(&mut got, 32);
-    }
+    spin(&mut *rxq, &mut got);
     assert_eq!(g.used_idx(), 0, "nothing written into the new ring");
     assert_eq!(
         tp.port.zero_copy_counts(),
@@ -335,9 +332,7 @@ fn a_buffer_id_offered_twice_while_held_is_copied_the_second_time() {
         kick: _kick,
         f: _f,
     } = rig("zc4", None, false);
-    let (a, l) = g.frame(0, 300, 7);
-    g.desc(0, d(a, l, 0, 0));
-    g.offer(0, 0);
+    g.send(0, 0, 0, 300, 7);
     let mut got = Vec::new();
     poll(&mut *rxq, &mut got, "the first", |v| v.len() == 1);
     g.offer(1, 0);
@@ -371,9 +366,7 @@ fn packets_held_across_enable_0_and_a_new_memory_table_come_back_to_the_same_rin
         mut f,
     } = rig("zc5", None, true);
     for i in 0..2u16 {
-        let (a, l) = g.frame(i as u64, 300, 1 + i as u8);
-        g.desc(i, d(a, l, 0, 0));
-        g.offer(i, i);
+        g.send(i, i, i as u64, 300, 1 + i as u8);
     }
     let mut got = Vec::new();
     poll(&mut *rxq, &mut got, "two frames", |v| v.len() == 2);
@@ -404,9 +397,7 @@ fn packets_held_across_enable_0_and_a_new_memory_table_come_back_to_the_same_rin
     assert_eq!(tp.port.zero_copy_counts(), (2, 0, 0));
 
     f.set_vring_enable(1, true).unwrap();
-    let (a, l) = g.frame(2, 300, 9);
-    g.desc(0, d(a, l, 0, 0));
-    g.offer(2, 0);
+    g.send(2, 0, 2, 300, 9);
     poll(&mut *rxq, &mut got, "a frame after", |v| v.len() == 1);
     assert_eq!(got[0].to_vec(), vec![9u8; 300]);
 }
@@ -425,9 +416,7 @@ fn packets_that_outlive_their_frontend_read_zeros_and_their_completions_are_disc
         kick,
         f,
     } = rig("zc6", None, false);
-    let (a, l) = g.frame(0, 300, 5);
-    g.desc(0, d(a, l, 0, 0));
-    g.offer(0, 0);
+    g.send(0, 0, 0, 300, 5);
     let mut got = Vec::new();
     poll(&mut *rxq, &mut got, "a frame", |v| v.len() == 1);
     let held = got.pop().unwrap();
@@ -443,16 +432,12 @@ fn packets_that_outlive_their_frontend_read_zeros_and_their_completions_are_disc
 
     let g2 = Guest::new();
     let _f2 = frontend(&tp.path, &g2, &kick, false);
-    let (a, l) = g2.frame(0, 300, 6);
-    g2.desc(0, d(a, l, 0, 0));
-    g2.offer(0, 0);
+    g2.send(0, 0, 0, 300, 6);
     poll(&mut *rxq, &mut got, "the next frontend's frame", |v| {
         v.len() == 1
     });
     drop(held);
-    for _ in 0..20 {
-        rxq.rx_burst(&mut got, 32);
-    }
+    spin(&mut *rxq, &mut got);
     assert_eq!(g2.used_idx(), 0, "the next frontend's chain is still held");
     assert_eq!(
         tp.port.zero_copy_counts(),

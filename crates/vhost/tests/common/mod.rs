@@ -88,6 +88,14 @@ impl Guest {
         self.mem.u16(at).store(head, Relaxed);
         self.set_avail_idx_in(vq, idx.wrapping_add(1));
     }
+    /// A `len`-byte frame of `fill` at page `page` (see [`Guest::frame`]) in descriptor `desc`
+    /// of the tx ring, made available as entry `idx`.
+    pub fn send(&self, idx: u16, desc: u16, page: u64, len: usize, fill: u8) {
+        let (a, l) = self.frame(page, len, fill);
+        self.desc(desc, d(a, l, 0, 0));
+        self.offer(idx, desc);
+    }
+
     /// The driver's new tx ring before it sets it up again: avail and used areas zeroed.
     pub fn zero_txq(&self) {
         self.mem
