@@ -62,7 +62,7 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(engine: &Engine) -> Meter {
+    pub fn new(engine: &mut Engine) -> Meter {
         let mut m = Meter {
             last: Vec::new(),
             at: Instant::now(),
@@ -73,8 +73,11 @@ impl Meter {
         m
     }
 
-    /// Zeroes the port counters (testpmd's `clear port stats all`).
-    pub fn clear(&mut self, engine: &Engine) {
+    /// Zeroes the port counters (testpmd's `clear port stats all`). The engine's stream
+    /// counters restart first, so the base taken here already counts from zero where they do
+    /// (a base taken before them would exceed the counters read after: negative counts).
+    pub fn clear(&mut self, engine: &mut Engine) {
+        engine.clear_stream_counters();
         self.base = raw_ports(engine);
         self.last = self
             .base
@@ -290,6 +293,102 @@ pub fn fwd_stats(ports: &[PortReport]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{FwdConfig, FwdMode, QueuePools, StreamSpec};
+    use memnic_ethdev::{
+        LinkStatus, MacAddr, Mbuf, Port, PortError, PortInfo, QueueStats, RxQueue, TxQueue,
+    };
+    use memnic_pktbuf::{Mempool, PoolConfig};
+
+    /// A port whose tx queue never takes a frame and whose rx queue never has one: every
+    /// frame txonly makes is dropped by the engine.
+    struct BlackHole;
+    struct Nothing;
+
+    impl RxQueue for Nothing {
+        fn rx_burst(&mut self, _: &mut Vec<Mbuf>, _: usize) -> usize {
+            0
+        }
+        fn stats(&self) -> QueueStats {
+            QueueStats::default()
+        }
+    }
+    impl TxQueue for Nothing {
+        fn tx_burst(&mut self, _: &mut Vec<Mbuf>) -> usize {
+            0
+        }
+        fn stats(&self) -> QueueStats {
+            QueueStats::default()
+        }
+    }
+    impl Port for BlackHole {
+        fn info(&self) -> PortInfo {
+            PortInfo {
+                driver: "test",
+                name: "hole0".into(),
+                mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                max_frame_len: 1518,
+                max_rx_queues: 1,
+                max_tx_queues: 1,
+            }
+        }
+        fn link(&self) -> LinkStatus {
+            LinkStatus {
+                up: true,
+                speed_mbps: 10000,
+            }
+        }
+        fn take_rx_queue(&mut self, _: u16, _: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
+            Ok(Box::new(Nothing))
+        }
+        fn take_tx_queue(&mut self, _: u16, _: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
+            Ok(Box::new(Nothing))
+        }
+        fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
+            (vec![QueueStats::default()], vec![QueueStats::default()])
+        }
+    }
+
+    #[test]
+    fn clearing_after_drops_restarts_every_count_at_zero() {
+        let cfg = FwdConfig {
+            mode: FwdMode::TxOnly,
+            ..Default::default()
+        };
+        let spec = StreamSpec {
+            rx_port: 0,
+            rx_queue: 0,
+            tx_port: 0,
+            tx_queue: 0,
+        };
+        let pool = Mempool::new(&PoolConfig {
+            huge: false,
+            ..PoolConfig::new("report-test", 512)
+        })
+        .unwrap();
+        let mut engine = Engine::new(vec![Box::new(BlackHole)], cfg, vec![spec], &[0], |_, _| {
+            QueuePools {
+                rx: pool.clone(),
+                tx: pool.clone(),
+                private: pool.clone(),
+            }
+        })
+        .unwrap();
+        let mut meter = Meter::new(&mut engine);
+        engine.start(false).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while meter.ports(&engine)[0].tx_dropped == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "txonly into a black hole dropped nothing"
+            );
+            std::thread::yield_now();
+        }
+        engine.stop().unwrap();
+        meter.clear(&mut engine);
+        // Stopped: nothing happens between the clear and the read.
+        let p = &meter.ports(&engine)[0];
+        assert_eq!((p.tx_dropped, p.tx_packets, p.rx_packets), (0, 0, 0));
+    }
 
     #[test]
     fn nic_stats_lines_read_like_testpmd() {

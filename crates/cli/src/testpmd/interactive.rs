@@ -41,8 +41,7 @@ fn command(s: &mut Session, line: &str) -> bool {
             }
         }
         ["clear", "port", "stats", "all"] => {
-            s.meter.clear(&s.engine);
-            s.engine.clear_stream_counters();
+            s.meter.clear(&mut s.engine);
             say(s, "  NIC statistics cleared for all ports");
         }
         ["show", "config", "fwd"] => say(s, &config_fwd(&s.engine)),

@@ -410,11 +410,11 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         rx_interrupt: a.rx_interrupt,
     };
     let mut it = stream_pools.into_iter();
-    let engine = Engine::new(ports, cfg, specs, &cpus, |_, _| {
+    let mut engine = Engine::new(ports, cfg, specs, &cpus, |_, _| {
         it.next().expect("one pool pair per stream")
     })
     .map_err(|e| e.to_string())?;
-    let meter = report::Meter::new(&engine);
+    let meter = report::Meter::new(&mut engine);
     Ok(Session { engine, meter, out })
 }
 
@@ -477,7 +477,7 @@ pub fn main(a: Args) -> Result<(), String> {
         return interactive::run(s, a.auto_start, a.tx_first, stop);
     }
     s.out.line(&config_fwd(&s.engine));
-    s.meter = report::Meter::new(&s.engine);
+    s.meter = report::Meter::new(&mut s.engine);
     s.engine.start(a.tx_first).map_err(|e| e.to_string())?;
     s.out
         .line("Press Ctrl-C to stop forwarding (or wait for --duration).");
