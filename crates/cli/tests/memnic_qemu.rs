@@ -96,14 +96,19 @@ fn poll_guest_in_qemu_exchanges_verified_frames_with_our_host_side_over_ivshmem(
     let run = t_qemu.elapsed();
     let console = vm.output();
     let _ = vm.wait(Duration::from_secs(10));
+    let done = console_line(&console, "GUEST-DONE");
+    assert_eq!(
+        done,
+        "GUEST-DONE rc=0",
+        "the guest side failed:\n{console}\n----- host so far -----\n{}",
+        host.output()
+    );
+    // The host has sent everything and received everything the guest sent: it ends by itself.
     let h = host.wait(Duration::from_secs(30));
     let said = format!(
         "----- guest console -----\n{console}\n----- host -----\n{}",
         String::from_utf8_lossy(&h.stderr)
     );
-
-    let done = console_line(&console, "GUEST-DONE");
-    assert_eq!(done, "GUEST-DONE rc=0", "{said}");
     assert!(h.status.success(), "the host side failed: {said}");
     let up = console_line(&console, "GUEST-UP");
     assert!(
