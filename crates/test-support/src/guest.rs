@@ -14,8 +14,9 @@
 //!
 //! The kernel comes from the package `linux-image-cloud-amd64` (the package it depends on,
 //! fetched with `apt-get download` and unpacked with `dpkg-deb -x` into `target/guest/`, once;
-//! nothing goes into /boot). Everything else a later test needs (a static binary, an ivshmem
-//! device) goes in through [`Image::file`] and [`Qemu::arg`].
+//! nothing goes into /boot). Everything else a test needs goes in through [`Image::file`] (a
+//! static build of one of our programs: [`static_binary`]) and [`Qemu::arg`] (or
+//! [`Qemu::ivshmem`] for a shared-memory PCI device).
 
 use std::fmt;
 use std::io::Write;
