@@ -35,6 +35,11 @@ const NEEDS: &[Need] = &[
         present: qemu_present,
     },
     Need {
+        what: "glibc's static libraries (the static memnic binary inside the MEMNIC guest)",
+        packages: &["libc6-dev"],
+        present: || Path::new("/usr/lib/x86_64-linux-gnu/libc.a").exists(),
+    },
+    Need {
         what: "tcpdump (reads the pcap and pcapng files back)",
         packages: &["tcpdump"],
         present: || on_path("tcpdump"),

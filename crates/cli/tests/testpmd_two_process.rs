@@ -150,3 +150,49 @@ fn poll_guest_macswap_reflects_host_frames() {
         n(gp, "tx_packets") + n(gp, "tx_dropped")
     );
 }
+
+/// Both sides generate and verify at once, each sending a fixed count (`--tx-count`) and
+/// running until it has received the other's (`--rx-count`): both exit by themselves, and each
+/// received exactly what the other sent, verified. (The same exchange as the VM test's, without
+/// the VM.)
+#[test]
+fn poll_counted_exchange_both_ways_ends_by_itself_exactly() {
+    const N: u64 = 200_000;
+    let n = N.to_string();
+    let shm = ShmName::new("counted");
+    let dev = |role: &str| format!("memnic0,path={},role={role}", shm.name());
+    let side = |cpu: &str, role: &str, len: &str| {
+        common::spawn(&[
+            "testpmd",
+            "-l",
+            cpu,
+            "--vdev",
+            &dev(role),
+            "--forward-mode",
+            "txonly",
+            "--verify",
+            "--txpkts",
+            len,
+            "--tx-count",
+            &n,
+            "--rx-count",
+            &n,
+            "--json",
+        ])
+    };
+    let host = side("0", "host", "1518");
+    common::wait_for_memnic_region(&shm.path(), Duration::from_secs(20));
+    let guest = side("1", "guest", "64");
+    let (g, h) = (
+        guest.wait(Duration::from_secs(60)),
+        host.wait(Duration::from_secs(60)),
+    );
+    let said = format!(
+        "host: {}\nguest: {}",
+        String::from_utf8_lossy(&h.stderr),
+        String::from_utf8_lossy(&g.stderr)
+    );
+    assert!(g.status.success() && h.status.success(), "{said}");
+    let (hj, gj) = (json_of(&h), json_of(&g));
+    common::assert_exchanged_exactly(port(&hj), port(&gj), N, &format!("{hj}\n{gj}\n{said}"));
+}

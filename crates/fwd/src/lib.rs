@@ -174,6 +174,9 @@ pub struct FwdConfig {
     /// reflector in the loop and a window below its ring sizes, nothing is ever dropped, so a
     /// round trip can be verified for zero loss.
     pub window: u64,
+    /// Generators (txonly, flowgen): send this many frames on each stream, then only receive
+    /// (None: no limit). With --verify nothing is dropped, so the peer gets exactly this many.
+    pub tx_count: Option<u64>,
     /// After a run of empty polls an rx stream sleeps on its queue's interrupt (memif eventfd)
     /// instead of spinning; the whole lcore sleeps, so use one stream per lcore.
     pub rx_interrupt: bool,
@@ -189,6 +192,7 @@ impl Default for FwdConfig {
             eth_peer: BTreeMap::new(),
             flows: 1024,
             window: 0,
+            tx_count: None,
             rx_interrupt: false,
         }
     }

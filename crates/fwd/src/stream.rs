@@ -277,9 +277,13 @@ impl Stream {
             if cfg.window > 0 {
                 let out = self.counters.tx.saturating_sub(self.counters.rx);
                 want = want.min(cfg.window.saturating_sub(out) as usize);
-                if want == 0 {
-                    return;
-                }
+            }
+            if let Some(count) = cfg.tx_count {
+                let left = count.saturating_sub(self.counters.tx);
+                want = want.min(usize::try_from(left).unwrap_or(usize::MAX));
+            }
+            if want == 0 {
+                return;
             }
             let len = cfg.txpkts;
             // (None when frames are longer than the buffers: --mbuf-size is checked at start-up.)
@@ -501,6 +505,36 @@ mod tests {
                     let udp_len = u16::from_be_bytes([f[HDRS - 4], f[HDRS - 3]]);
                     assert_eq!(udp_len, 66, "{what}: UDP length");
                 }
+            }
+        }
+    }
+
+    /// With a tx count a generator sends exactly that many frames (its last burst cut short,
+    /// verified sequence numbers without a gap), then nothing more however often it runs.
+    #[test]
+    fn generators_stop_after_their_tx_count() {
+        for mode in [FwdMode::TxOnly, FwdMode::FlowGen] {
+            let p = pool(&format!("count-{mode:?}"), 128, false);
+            let (mut s, sent) = stream(Vec::new(), &p);
+            let cfg = FwdConfig {
+                mode,
+                verify: true,
+                tx_count: Some(40),
+                ..FwdConfig::default()
+            };
+            for _ in 0..5 {
+                s.forward(&cfg);
+            }
+            let out = std::mem::take(&mut *sent.lock().unwrap());
+            assert_eq!(out.len(), 40, "{mode:?}");
+            assert_eq!(s.cell().snapshot().tx, 40, "{mode:?}");
+            for (i, m) in out.iter().enumerate() {
+                let f = m.to_vec();
+                assert_eq!(
+                    pkt::read_payload(&f).map(|p| p.seq),
+                    Some(i as u64),
+                    "{mode:?}"
+                );
             }
         }
     }

@@ -14,8 +14,9 @@
 //!
 //! The kernel comes from the package `linux-image-cloud-amd64` (the package it depends on,
 //! fetched with `apt-get download` and unpacked with `dpkg-deb -x` into `target/guest/`, once;
-//! nothing goes into /boot). Everything else a later test needs (a static binary, an ivshmem
-//! device) goes in through [`Image::file`] and [`Qemu::arg`].
+//! nothing goes into /boot). Everything else a test needs goes in through [`Image::file`] (a
+//! static build of one of our programs: [`static_binary`]) and [`Qemu::arg`] (or
+//! [`Qemu::ivshmem`] for a shared-memory PCI device).
 
 use std::fmt;
 use std::io::Write;
@@ -23,6 +24,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::{Child, Stdin};
+
+mod static_bin;
+pub use static_bin::{is_static, static_binary, static_target_dir, STATIC_TARGET};
 
 /// The meta package whose dependency names the current cloud kernel.
 pub const KERNEL_META: &str = "linux-image-cloud-amd64";
@@ -74,16 +78,20 @@ fn run(mut cmd: Command, what: &str) -> Result<Vec<u8>, GuestError> {
     Ok(out.stdout)
 }
 
+/// The workspace's target directory: `$CARGO_TARGET_DIR`, else `target/`.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
 /// Where prepared kernels and images live: `$MEMNIC_GUEST_DIR`, else `guest/` in the
 /// workspace's target directory.
 pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("MEMNIC_GUEST_DIR") {
         return PathBuf::from(d);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("guest")
+    target_dir().join("guest")
 }
 
 /// An unpacked guest kernel: its image and its module tree (with `modules.dep`).
@@ -245,12 +253,15 @@ fn cached_kernel(cache: &Path) -> Option<Kernel> {
 ///   `$ANSWER` (the test sends it with [`Child::send`](crate::Child::send) to a guest started
 ///   with [`Qemu::console_input`]); no answer within 60 s is a `result "GUEST-ERROR ..."`.
 ///
-/// Before the caller's script runs, /proc, /sys and /dev are mounted, busybox's applets are
-/// on PATH, and the kernel's messages stay off the console (`dmesg -n 1`).
+/// Before the caller's script runs, /proc, /sys and /dev are mounted (with a tmpfs on
+/// /dev/shm, for POSIX shared memory), busybox's applets are on PATH, and the kernel's
+/// messages stay off the console (`dmesg -n 1`).
 pub const PRELUDE: &str = r#"/bin/busybox mkdir -p /proc /sys /dev /tmp /sbin /usr/bin /usr/sbin
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sys /sys
 /bin/busybox mount -t devtmpfs dev /dev
+/bin/busybox mkdir -p /dev/shm
+/bin/busybox mount -t tmpfs shm /dev/shm
 /bin/busybox --install -s
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 dmesg -n 1
@@ -508,6 +519,20 @@ impl Qemu {
             .arg(&format!(
                 "virtio-net-pci,netdev=n{id},mac={mac},vectors=0{opts}"
             ))
+    }
+
+    /// An `ivshmem-plain` PCI device (vendor 0x1af4, device 0x1110) whose BAR2 is the file
+    /// at `path` (`size_mb` MiB, a power of two), shared with the host: a MEMNIC region in
+    /// /dev/shm. In the guest it is `/sys/bus/pci/devices/<BDF>/resource2`, to be mmapped
+    /// (read() on it fails). `id` names the memory backend.
+    pub fn ivshmem(self, id: &str, path: &Path, size_mb: u32) -> Self {
+        self.arg("-object")
+            .arg(&format!(
+                "memory-backend-file,id={id},share=on,mem-path={},size={size_mb}M",
+                path.display()
+            ))
+            .arg("-device")
+            .arg(&format!("ivshmem-plain,memdev={id}"))
     }
 
     /// The command line, program first.

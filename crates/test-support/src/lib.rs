@@ -12,8 +12,9 @@
 //! * [`harness`]: a test `main` for binaries whose tests re-execute themselves as a peer, so the
 //!   child roles are not listed (or counted) as tests;
 //! * [`guest`]: a real Linux guest in QEMU (TCG): the cloud kernel fetched once, an initramfs of
-//!   busybox-static, the virtio-net modules, the test's `/init` and extra files, and QEMU pinned
-//!   to a CPU with its console captured as a [`Child`]'s stdout.
+//!   busybox-static, the virtio-net modules, the test's `/init` and extra files (static builds
+//!   of our programs), and QEMU pinned to a CPU with its console captured as a [`Child`]'s
+//!   stdout.
 
 mod child;
 pub mod guest;

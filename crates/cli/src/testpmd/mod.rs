@@ -73,6 +73,13 @@ pub struct Args {
     /// then never drops, and --verify can demand zero loss)
     #[arg(long, default_value_t = 0)]
     window: u64,
+    /// txonly, flowgen: send N frames on each stream, then only receive; the run ends once
+    /// every stream has sent them (and received what --rx-count asks for)
+    #[arg(long = "tx-count")]
+    tx_count: Option<u64>,
+    /// End the run once every stream has received N frames (and sent what --tx-count asks for)
+    #[arg(long = "rx-count")]
+    rx_count: Option<u64>,
     /// An idle rx stream sleeps on its queue's interrupt (memif eventfd) instead of spinning;
     /// the whole lcore sleeps, so give each rx queue its own lcore
     #[arg(long = "rx-interrupt")]
@@ -183,6 +190,14 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         return Err(format!(
             "--verify works with --forward-mode=txonly or rxonly, not {mode}"
         ));
+    }
+    if a.tx_count.is_some() && !matches!(mode, FwdMode::TxOnly | FwdMode::FlowGen) {
+        return Err(format!(
+            "--tx-count works with --forward-mode=txonly or flowgen, not {mode}"
+        ));
+    }
+    if a.interactive && (a.tx_count.is_some() || a.rx_count.is_some()) {
+        return Err("--tx-count and --rx-count end a run by themselves: not with -i".into());
     }
     if a.mbuf_size < txpkts as u32 + memnic_pktbuf::DEFAULT_HEADROOM {
         return Err(format!(
@@ -407,6 +422,7 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         eth_peer,
         flows: 1024,
         window: a.window,
+        tx_count: a.tx_count,
         rx_interrupt: a.rx_interrupt,
     };
     let mut it = stream_pools.into_iter();
@@ -493,6 +509,9 @@ pub fn main(a: Args) -> Result<(), String> {
         {
             break;
         }
+        if counts_reached(&s.engine, a.tx_count, a.rx_count) {
+            break;
+        }
         if a.stats_period > 0 && now >= next_stats {
             next_stats += Duration::from_secs(a.stats_period);
             for p in s.meter.ports(&s.engine) {
@@ -501,6 +520,15 @@ pub fn main(a: Args) -> Result<(), String> {
         }
     }
     finish(&mut s, started.elapsed())
+}
+
+/// Whether every stream has sent `tx` and received `rx` frames (false when neither is given).
+fn counts_reached(engine: &Engine, tx: Option<u64>, rx: Option<u64>) -> bool {
+    (tx.is_some() || rx.is_some())
+        && engine
+            .stream_counters()
+            .iter()
+            .all(|(_, c)| tx.is_none_or(|n| c.tx >= n) && rx.is_none_or(|n| c.rx >= n))
 }
 
 /// Stops forwarding and prints the totals (and the JSON object under --json).

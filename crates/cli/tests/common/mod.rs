@@ -88,3 +88,43 @@ pub fn assert_verified_clean(port: &serde_json::Value, context: &str) {
         assert_eq!(v, 0, "{k}: {context}");
     }
 }
+
+/// Fails unless two testpmd ports (one port's object in each one's JSON), both running txonly
+/// with --verify, `--tx-count n` and `--rx-count n`, exchanged exactly `n` frames each way: what
+/// one sent the other received, all of it good, nothing dropped, no verifier fault.
+pub fn assert_exchanged_exactly(a: &serde_json::Value, b: &serde_json::Value, n: u64, said: &str) {
+    let get = |p: &serde_json::Value, k: &str| {
+        p[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {p}: {said}"))
+    };
+    for (tx, rx) in [(a, b), (b, a)] {
+        assert_eq!(get(tx, "tx_packets"), n, "sent: {said}");
+        assert_eq!(get(rx, "rx_packets"), n, "received: {said}");
+        assert_eq!(get(rx, "good"), n, "verified good: {said}");
+        assert_eq!(get(tx, "tx_dropped"), 0, "{said}");
+        assert_verified_clean(rx, said);
+    }
+}
+
+/// Waits until the MEMNIC region at `path` is ready for a guest: the whole 16 MiB are there
+/// and the host has written the magic (the last step of its set-up, the word a guest checks).
+pub fn wait_for_memnic_region(path: &std::path::Path, limit: Duration) {
+    use memnic_pmd::layout::{AREA_SIZE, HDR_MAGIC, MAGIC};
+    use std::os::unix::fs::FileExt;
+    let ready = || -> Option<bool> {
+        let f = std::fs::File::open(path).ok()?;
+        let size = f.metadata().ok()?.len();
+        let mut magic = [0u8; 4];
+        f.read_exact_at(&mut magic, HDR_MAGIC as u64).ok()?;
+        Some(size >= AREA_SIZE as u64 && u32::from_le_bytes(magic) == MAGIC)
+    };
+    let end = std::time::Instant::now() + limit;
+    while ready() != Some(true) {
+        assert!(
+            std::time::Instant::now() < end,
+            "no MEMNIC region at {} within {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
