@@ -104,6 +104,15 @@ impl Tap {
         Ok(p[0].ready().readable)
     }
 
+    /// Whether this queue still has its interface (`TUNGETIFF` succeeds): false once the
+    /// interface has been deleted.
+    pub fn is_alive(&self) -> bool {
+        match ifreq(&self.name) {
+            Ok(mut req) => ioctl_ifreq(self.file.as_fd(), libc::TUNGETIFF, &mut req).is_ok(),
+            Err(_) => false,
+        }
+    }
+
     /// Makes the interface outlive its queues (`TUNSETPERSIST`), or not.
     pub fn set_persist(&self, on: bool) -> Result<()> {
         // SAFETY: TUNSETPERSIST takes its argument by value (no memory is passed) on a live
@@ -126,8 +135,8 @@ impl Tap {
     }
 
     /// Takes this queue out of the interface's set (`TUNSETQUEUE` with `IFF_DETACH_QUEUE`): the
-    /// kernel sends it no frames and writes to it fail, until [`Tap::attach`]. A detached queue
-    /// still keeps the interface alive.
+    /// kernel sends it no frames until [`Tap::attach`]. A detached queue still keeps the
+    /// interface alive (and can still write).
     pub fn detach(&self) -> Result<()> {
         self.set_queue(libc::IFF_DETACH_QUEUE, "detach a queue of")
     }
@@ -143,6 +152,30 @@ impl Tap {
         req.ifr_ifru.ifru_flags = flag as _;
         ioctl_ifreq(self.file.as_fd(), libc::TUNSETQUEUE, &mut req)
             .map_err(|e| os_err(op, &self.name, e))
+    }
+}
+
+/// What a failed [`Tap::read`] or [`Tap::write`] means for the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Nothing to read, or no room to write, now (`EAGAIN`).
+    WouldBlock,
+    /// The interface is down (`EIO` on a write).
+    Down,
+    /// The queue has no interface any more: it was deleted (`EBADFD`).
+    Gone,
+    /// Anything else, such as a frame the kernel refuses (`EINVAL`).
+    Other,
+}
+
+impl Failure {
+    pub fn of(e: &io::Error) -> Failure {
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) => Failure::WouldBlock,
+            Some(libc::EIO) => Failure::Down,
+            Some(libc::EBADFD) => Failure::Gone,
+            _ => Failure::Other,
+        }
     }
 }
 
@@ -339,10 +372,15 @@ mod tests {
                 io::ErrorKind::WouldBlock
             );
             assert!(!a.wait_readable(Some(Duration::from_millis(10))).unwrap());
+            assert_eq!(
+                Failure::of(&a.read(&mut buf).unwrap_err()),
+                Failure::WouldBlock
+            );
             // A detached queue keeps the interface; attaching twice is refused.
             b.detach().unwrap();
             assert!(b.detach().is_err());
             b.attach().unwrap();
+            assert!(b.attach().is_err());
             // The last queue closed: the interface is gone.
             drop((a, b));
             assert!(matches!(
@@ -431,11 +469,19 @@ mod tests {
             let mut got = [0u8; 16];
             assert_eq!(rx.recv(&mut got).unwrap(), 5);
             assert_eq!(&got[..5], b"hello");
-            // A runt is refused.
+            // A runt is refused; nothing passes an interface that is down.
             assert_eq!(
-                t.write(&frame[..10]).unwrap_err().raw_os_error(),
-                Some(libc::EINVAL)
+                Failure::of(&t.write(&frame[..10]).unwrap_err()),
+                Failure::Other
             );
+            ip(&["link", "set", &name, "down"]);
+            assert_eq!(Failure::of(&t.write(&frame).unwrap_err()), Failure::Down);
+            // Deleted under us: the queue says so, and reads and writes fail as Gone.
+            assert!(t.is_alive());
+            ip(&["link", "del", &name]);
+            assert!(!t.is_alive());
+            assert_eq!(Failure::of(&t.read(&mut buf).unwrap_err()), Failure::Gone);
+            assert_eq!(Failure::of(&t.write(&frame).unwrap_err()), Failure::Gone);
         });
     }
 
