@@ -9,22 +9,7 @@ use std::time::Duration;
 use common::{memnic, ShmName};
 
 fn one_sentence_error(args: &[&str], needle: &str) {
-    let out = memnic(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert!(
-        err.contains(needle),
-        "{args:?}: expected '{needle}' in: {err}"
-    );
-    assert!(
-        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
-        "{args:?}: {err}"
-    );
-    // clap's own usage errors add a usage line and a hint; ours are exactly one line.
-    if err.starts_with("memnic:") {
-        assert_eq!(lines.len(), 1, "{args:?}: {err}");
-    }
+    common::assert_one_sentence(&memnic(args), &format!("{args:?}"), needle);
 }
 
 #[test]
@@ -42,7 +27,7 @@ fn bad_input_is_one_sentence() {
         (vec!["--vdev".into(), "memnic0,path=x,role=guset".into()], "port 'memnic0': bad value 'guset' for 'role'"),
         (vec!["--vdev".into(), "memnic0,path=/nonexistent/dir/x,role=guest".into()], "port 'memnic0': cannot open /nonexistent/dir/x"),
         (vec!["--vdev".into(), "memnic0,path=x,role=guest,framesz=9000".into()], "bad value '9000' for 'framesz': must be within 1518..=4088"),
-        (vec!["--vdev".into(), "tap0,iface=x".into()], "port 'tap0': no driver 'tap' (available: memnic, memif, vhost)"),
+        (vec!["--vdev".into(), "pcap0,iface=x".into()], "port 'pcap0': no driver 'pcap' (available: memnic, memif, vhost, tap)"),
         (vec!["--vdev".into(), "vhost0".into()], "port 'vhost0': missing required key 'iface'"),
         (vec!["--vdev".into(), "vhost0,iface=/nonexistent/dir/s".into()], "port 'vhost0': cannot listen on /nonexistent/dir/s"),
         (vec!["--vdev".into(), "vhost0,iface=x,queues=9".into()], "bad value '9' for 'queues': queue pairs, 1..=8"),

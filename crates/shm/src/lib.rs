@@ -8,6 +8,9 @@
 //! * [`cpu`]: pinning the current thread, listing CPUs.
 //! * [`unix`]: AF_UNIX SEQPACKET sockets passing descriptors (SCM_RIGHTS), eventfds, `poll`: the
 //!   system-call side of memif's control channel.
+//! * [`tap`]: Linux TAP interfaces (one nonblocking descriptor per queue, the interface's address
+//!   and link flags): the system-call side of the `net_tap` driver. [`netns`]: moving a thread
+//!   into a network namespace of its own, for tests that create interfaces.
 //!
 //! Contract: every accessor checks `offset + size <= len` (and alignment for atomics) before it
 //! touches memory, so no value a peer writes can make this crate read or write outside a mapping.
@@ -43,9 +46,11 @@
 //! [`ShmError::TooManyPeerMappings`].
 
 pub mod cpu;
+pub mod netns;
 pub mod numa;
 mod region;
 mod sigbus;
+pub mod tap;
 pub mod unix;
 mod volatile;
 
@@ -101,6 +106,25 @@ pub enum ShmError {
     TooManyPeerMappings { max: usize },
     #[error("{path} is a symbolic link, and a shared-memory region is never opened through one (it could point anywhere): remove the link or give the real path")]
     SymlinkRefused { path: String },
+    #[error(
+        "cannot open /dev/net/tun: {source} (TAP interfaces need the tun module and CAP_NET_ADMIN)"
+    )]
+    TunDevice {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("'{name}' is not a usable interface name: 1 to 15 bytes, no NUL")]
+    BadInterfaceName { name: String },
+    #[error("interface {name} exists and is not a multi-queue TAP interface without packet information (IFF_TAP, IFF_NO_PI, IFF_MULTI_QUEUE), so it cannot be used as one: choose another name")]
+    NotMultiQueueTap { name: String },
+    #[error("interface {name} is a TAP interface in use by another process that does not share it: choose another name")]
+    InterfaceBusy { name: String },
+    #[error("not permitted to create or attach to TAP interface {name}: this needs CAP_NET_ADMIN (run as root), or to own the persistent interface")]
+    InterfaceNotPermitted { name: String },
+    #[error("no interface {name} in this network namespace (it was deleted, or moved to another namespace)")]
+    NoSuchInterface { name: String },
+    #[error("interface {name} is not an Ethernet interface (its address family is {family})")]
+    NotEthernet { name: String, family: u16 },
     #[error("{path} already exists and belongs to uid {owner}, not to this process's uid {euid}: another user may have planted it; remove it, or run as its owner")]
     ForeignOwner { path: String, owner: u32, euid: u32 },
     #[error("{path} already exists with mode {found:04o}, which lets group or others in beyond the requested {requested:04o}: remove it, or chmod it to {requested:04o}")]

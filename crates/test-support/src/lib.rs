@@ -11,6 +11,8 @@
 //!   never blocks on a full pipe), killed and reaped on drop;
 //! * [`harness`]: a test `main` for binaries whose tests re-execute themselves as a peer, so the
 //!   child roles are not listed (or counted) as tests;
+//! * [`netns`]: network namespaces (named ones deleted on drop, and fresh ones per thread) for
+//!   tests that create interfaces and addresses, never on the machine's own network;
 //! * [`guest`]: a real Linux guest in QEMU (TCG): the cloud kernel fetched once, an initramfs of
 //!   busybox-static, the virtio-net modules, the test's `/init` and extra files (static builds
 //!   of our programs), and QEMU pinned to a CPU with its console captured as a [`Child`]'s
@@ -19,6 +21,7 @@
 mod child;
 pub mod guest;
 mod harness;
+pub mod netns;
 mod payload;
 mod stream;
 

@@ -22,6 +22,7 @@ pub const DRIVERS: &[memnic_ethdev::Driver] = &[
     memnic_pmd::DRIVER,
     memnic_memif::DRIVER,
     memnic_vhost::DRIVER,
+    memnic_tap::DRIVER,
 ];
 
 #[derive(clap::Args, Debug)]

@@ -128,3 +128,22 @@ pub fn wait_for_memnic_region(path: &std::path::Path, limit: Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Fails unless `out` (a memnic run, `what`) exited with code 2 and said `needle`, without a
+/// panic, in one line (clap's own usage errors add a usage line and a hint; ours do not).
+pub fn assert_one_sentence(out: &Output, what: &str, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        err.contains(needle),
+        "{what}: expected '{needle}' in: {err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{what}: {err}"
+    );
+    if err.starts_with("memnic:") {
+        assert_eq!(lines.len(), 1, "{what}: {err}");
+    }
+}
