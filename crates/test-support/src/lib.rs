@@ -1,6 +1,7 @@
 //! What the tests of every memnic crate share (a dev-dependency only; never shipped):
 //!
 //! * [`ShmName`]: a `/dev/shm` name unique to the process *and* the call, removed on drop;
+//!   [`TestDir`]: a temporary directory likewise;
 //! * [`pool`] / [`shared_pool`]: small pools without hugepages;
 //! * the one verified payload format — `memnic-fwd`'s (Ethernet/IPv4/UDP headers, then sequence
 //!   number, flow, session and checksum): [`fill`], [`check`], [`write_frame`], [`read_frame`],
@@ -9,6 +10,8 @@
 //!   `tx_burst` hands back and checking every frame for loss, corruption, duplicates and order;
 //! * [`Child`]: a child process whose stdout and stderr are always drained (a chatty DPDK peer
 //!   never blocks on a full pipe), killed and reaped on drop;
+//! * [`pcap`]: pcap files written byte by byte (hostile records too) and what `tcpdump -r`
+//!   reads back from a capture;
 //! * [`harness`]: a test `main` for binaries whose tests re-execute themselves as a peer, so the
 //!   child roles are not listed (or counted) as tests;
 //! * [`guest`]: a real Linux guest in QEMU (TCG): the cloud kernel fetched once, an initramfs of
@@ -19,6 +22,7 @@ mod child;
 pub mod guest;
 mod harness;
 mod payload;
+pub mod pcap;
 mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,6 +93,36 @@ impl ShmName {
 impl Drop for ShmName {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.path());
+    }
+}
+
+/// A directory of its own under the system's temporary directory (unique to the process and
+/// the call), removed with everything in it on drop.
+pub struct TestDir {
+    path: std::path::PathBuf,
+}
+
+impl TestDir {
+    pub fn new(tag: &str) -> TestDir {
+        let shm = ShmName::new(tag);
+        let path = std::env::temp_dir().join(shm.name());
+        std::fs::create_dir_all(&path).expect("create a test directory");
+        TestDir { path }
+    }
+
+    /// `name` inside the directory.
+    pub fn join(&self, name: &str) -> std::path::PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
