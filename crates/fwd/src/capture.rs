@@ -527,3 +527,147 @@ fn write_loop(shared: &Shared, mut out: PcapNgWriter<BufWriter<File>>, dirs: &[D
 fn fail(shared: &Shared, why: String) {
     *shared.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memnic_pktbuf::{Mempool, PoolConfig};
+    use pcap_file::pcapng::PcapNgReader;
+
+    fn spec(s: &str) -> Result<CaptureSpec, String> {
+        s.parse()
+    }
+
+    #[test]
+    fn capture_flags_parse_and_bad_ones_are_one_sentence() {
+        let s = spec("1:rx=/tmp/a.pcapng,snaplen=128,ring=16").unwrap();
+        assert_eq!(
+            s,
+            CaptureSpec {
+                port: 1,
+                dirs: vec![Dir::Rx],
+                path: "/tmp/a.pcapng".into(),
+                snaplen: Some(128),
+                ring: Some(16),
+            }
+        );
+        assert_eq!(spec("0=x").unwrap().dirs, [Dir::Rx, Dir::Tx]);
+        assert_eq!(spec("0:tx=x").unwrap().dirs, [Dir::Tx]);
+        for (bad, says) in [
+            ("0", "expected PORT[:rx|tx|both]=FILE"),
+            ("p=x", "'p' is not a port number"),
+            ("0:up=x", "direction 'up' is not rx, tx or both"),
+            ("0=", "no file name"),
+            ("0=x,snaplen=0", "snaplen=0 is not a number within 1..=262144"),
+            ("0=x,snaplen=262145", "is not a number within 1..=262144"),
+            ("0=x,ring=many", "ring=many is not a number"),
+            ("0=x,snaplen=9,snaplen=9", "snaplen is given twice"),
+            ("0=x,speed=1", "unknown option 'speed' (known: snaplen, ring)"),
+            ("0=x,snaplen", "'snaplen' is not key=value"),
+        ] {
+            let e = spec(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--capture '{bad}': ")), "{e}");
+            assert!(e.contains(says), "{bad}: '{e}' does not say '{says}'");
+        }
+    }
+
+    fn frames(pool: &Mempool, n: usize, len: usize) -> Vec<Mbuf> {
+        (0..n)
+            .map(|i| {
+                let mut m = pool.alloc().unwrap();
+                let f: Vec<u8> = (0..len).map(|b| (b + i) as u8).collect();
+                assert!(m.set_len(len) && m.copy_in(0, &f));
+                m
+            })
+            .collect()
+    }
+
+    /// Every enhanced packet block of a pcapng file: (interface, original length, data, flags).
+    fn read_back(path: &std::path::Path) -> (Vec<(String, u32)>, Vec<(u32, u32, Vec<u8>, u32)>) {
+        let mut r = PcapNgReader::new(File::open(path).unwrap()).unwrap();
+        let mut packets = Vec::new();
+        while let Some(b) = r.next_block() {
+            if let Block::EnhancedPacket(p) = b.unwrap() {
+                let flags = p
+                    .options
+                    .iter()
+                    .find_map(|o| match o {
+                        EnhancedPacketOption::Flags(f) => Some(*f),
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                packets.push((p.interface_id, p.original_len, p.data.to_vec(), flags));
+            }
+        }
+        let ifaces = r
+            .interfaces()
+            .iter()
+            .map(|i| {
+                let name = i
+                    .options
+                    .iter()
+                    .find_map(|o| match o {
+                        InterfaceDescriptionOption::IfName(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                (name, i.snaplen)
+            })
+            .collect();
+        (ifaces, packets)
+    }
+
+    /// A burst larger than the free slots: the frames past them are missed (counted), the rest
+    /// captured in order; frames a tx queue does not take are neither; after flush the file
+    /// holds every captured frame, cut at the snap length, with its length on the wire.
+    #[test]
+    fn a_full_ring_misses_and_counts_and_flush_completes_the_file() {
+        let path = std::env::temp_dir().join(format!("memnic-capture-{}.pcapng", std::process::id()));
+        let mut cfg = PoolConfig::new("capture-test", 64);
+        cfg.huge = false;
+        let pool = Mempool::new(&cfg).unwrap();
+        let mut s = spec(&format!("3={},snaplen=100,ring=4", path.display())).unwrap();
+        s.port = 3;
+        let mut cap = Capture::start(s, "memif0", 1518).unwrap();
+        assert_eq!((cap.snaplen, cap.ring), (100, 4));
+        let mut rx = cap.tap(Dir::Rx).unwrap();
+        let mut tx = cap.tap(Dir::Tx).unwrap();
+
+        let burst = frames(&pool, 10, 150);
+        rx.capture(&burst);
+        assert_eq!(cap.counts(Dir::Rx), CaptureCounts { captured: 4, missed: 6 });
+        cap.flush().unwrap();
+        // The writer gave the slots back: a tx burst of 5 of which the queue took 3.
+        let sent = frames(&pool, 5, 80);
+        tx.hold(&sent);
+        tx.commit(3);
+        assert_eq!(cap.counts(Dir::Tx), CaptureCounts { captured: 3, missed: 0 });
+        cap.close().unwrap();
+        assert_eq!(cap.written(), 7);
+
+        let (ifaces, packets) = read_back(&path);
+        assert_eq!(ifaces, [("memif0-rx".to_string(), 100), ("memif0-tx".to_string(), 100)]);
+        assert_eq!(packets.len(), 7);
+        for (i, (iface, orig, data, flags)) in packets.iter().enumerate() {
+            let (m, want_iface, want_flags, len) = if i < 4 {
+                (&burst[i], 0, 0b01, 100)
+            } else {
+                (&sent[i - 4], 1, 0b10, 80)
+            };
+            assert_eq!((*iface, *flags), (want_iface, want_flags), "packet {i}");
+            assert_eq!(*orig as usize, m.len(), "packet {i}: length on the wire");
+            assert_eq!(data[..], m.to_vec()[..len], "packet {i}");
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_created_is_one_sentence() {
+        let s = spec("0=/nonexistent-dir/x.pcapng").unwrap();
+        let e = Capture::start(s, "memif0", 1518).err().unwrap();
+        assert!(
+            e.starts_with("--capture 0=/nonexistent-dir/x.pcapng: cannot create the file: "),
+            "{e}"
+        );
+    }
+}

@@ -86,9 +86,11 @@ pub fn verified_frames(
         .collect()
 }
 
-/// One frame as `tcpdump -r FILE -nn -e -xx` prints it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One frame as `tcpdump -r FILE -nn -e -xx -tt` prints it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct DumpedFrame {
+    /// The timestamp, seconds since the epoch.
+    pub ts: f64,
     /// The line tcpdump prints for the frame (timestamp, MACs, what it decoded).
     pub line: String,
     /// The frame's length on the wire ("length N" of the line).
@@ -97,13 +99,13 @@ pub struct DumpedFrame {
     pub bytes: Vec<u8>,
 }
 
-/// Reads `path` (pcap or pcapng) with `tcpdump -r PATH -nn -e -xx -tttt` (absolute timestamps
-/// with the date) and returns every frame; panics with tcpdump's stderr if it fails.
+/// Reads `path` (pcap or pcapng) with `tcpdump -r PATH -nn -e -xx -tt` (timestamps in seconds
+/// since the epoch) and returns every frame; panics with tcpdump's stderr if it fails.
 pub fn tcpdump(path: &Path) -> Vec<DumpedFrame> {
     let out = Command::new("tcpdump")
         .args(["-r"])
         .arg(path)
-        .args(["-nn", "-e", "-xx", "-tttt"])
+        .args(["-nn", "-e", "-xx", "-tt"])
         .output()
         .expect("run tcpdump (apt-get install tcpdump)");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -115,7 +117,7 @@ pub fn tcpdump(path: &Path) -> Vec<DumpedFrame> {
     parse_tcpdump(&String::from_utf8_lossy(&out.stdout))
 }
 
-/// Parses the output of `tcpdump -nn -e -xx`: a line per frame, then its hex dump, indented.
+/// Parses the output of `tcpdump -nn -e -xx -tt`: a line per frame, then its hex dump, indented.
 pub fn parse_tcpdump(text: &str) -> Vec<DumpedFrame> {
     let mut frames: Vec<DumpedFrame> = Vec::new();
     for line in text.lines() {
@@ -135,7 +137,13 @@ pub fn parse_tcpdump(text: &str) -> Vec<DumpedFrame> {
                 .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
                 .and_then(|n| n.parse().ok())
                 .unwrap_or_else(|| panic!("no ', length N' in tcpdump's line: {line}"));
+            let ts = line
+                .split_whitespace()
+                .next()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("no timestamp first in tcpdump's line: {line}"));
             frames.push(DumpedFrame {
+                ts,
                 line: line.to_string(),
                 wire_len,
                 bytes: Vec::new(),
@@ -151,12 +159,13 @@ mod tests {
 
     #[test]
     fn parses_tcpdump_lines_and_hex() {
-        let text = "2026-01-02 03:04:05.000000001 02:00:00:00:00:01 > 02:00:00:00:00:02, ethertype IPv4 (0x0800), length 61: 198.18.0.1.9 > 198.18.0.2.9: UDP, length 19\n\
+        let text = "1764656602.665530 02:00:00:00:00:01 > 02:00:00:00:00:02, ethertype IPv4 (0x0800), length 61: 198.18.0.1.9 > 198.18.0.2.9: UDP, length 19\n\
                     \t0x0000:  0200 0000 0002 0200\n\
                     \t0x0008:  00ab\n";
         let f = parse_tcpdump(text);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].wire_len, 61);
+        assert_eq!(f[0].ts, 1764656602.66553);
         assert_eq!(f[0].bytes, [2, 0, 0, 0, 0, 2, 2, 0, 0, 0xab]);
     }
 }
