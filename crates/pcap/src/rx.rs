@@ -228,9 +228,10 @@ impl RecordReader {
         true
     }
 
-    /// Moves the unread bytes to the front and reads more after them.
+    /// Reads more after the unread bytes; when the buffer is full, first moves them to the
+    /// front (so a file that fits stays whole in the buffer).
     fn fill(&mut self) -> std::io::Result<()> {
-        if self.pos > 0 {
+        if self.len == self.buf.len() && self.pos > 0 {
             self.buf.copy_within(self.pos..self.len, 0);
             self.base += self.pos as u64;
             self.len -= self.pos;
