@@ -48,8 +48,18 @@ fn n(port: &serde_json::Value, k: &str) -> u64 {
 fn assert_dumped(dumped: &[DumpedFrame], frames: &[Vec<u8>], snaplen: usize, from: f64, to: f64) {
     assert_eq!(dumped.len(), frames.len(), "frames in the file");
     for (i, (d, f)) in dumped.iter().zip(frames).enumerate() {
-        assert_eq!(d.wire_len, f.len(), "frame {i}: length on the wire ({})", d.line);
-        assert_eq!(d.bytes, f[..f.len().min(snaplen)], "frame {i}: bytes ({})", d.line);
+        assert_eq!(
+            d.wire_len,
+            f.len(),
+            "frame {i}: length on the wire ({})",
+            d.line
+        );
+        assert_eq!(
+            d.bytes,
+            f[..f.len().min(snaplen)],
+            "frame {i}: bytes ({})",
+            d.line
+        );
         assert!(
             d.ts >= from - 1.0 && d.ts <= to + 1.0,
             "frame {i}: timestamp {} outside the run {from}..{to}",
@@ -80,10 +90,18 @@ fn poll_a_replay_forwarded_into_a_pcap_port_is_read_back_by_tcpdump_frame_for_fr
         "io",
         "--json",
     ]);
-    common::wait_for_stats(&mut p, &format!("TX-packets: {N} "), Duration::from_secs(60));
+    common::wait_for_stats(
+        &mut p,
+        &format!("TX-packets: {N} "),
+        Duration::from_secs(60),
+    );
     p.send("quit");
     let out = p.wait(Duration::from_secs(30));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let to = now_secs();
     let j = json_of(&out);
     let (p0, p1) = (&j["ports"][0], &j["ports"][1]);
@@ -153,7 +171,15 @@ fn replay_to_memif(
     let rx = format!("pcap0,rx_pcap={}", input.display());
     let server = format!("memif0,role=server,socket={sock}");
     let mut args = vec![
-        "-l", "1", "--vdev", &rx, "--vdev", &server, "--forward-mode", "io", "--json",
+        "-l",
+        "1",
+        "--vdev",
+        &rx,
+        "--vdev",
+        &server,
+        "--forward-mode",
+        "io",
+        "--json",
     ];
     args.extend_from_slice(extra);
     let mut p = common::interactive(&args);
@@ -167,7 +193,11 @@ fn replay_to_memif(
     p.send("quit");
     let out = p.wait(Duration::from_secs(30));
     let to = now_secs();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (frames, got, json_of(&out), from, to)
 }
 
@@ -178,13 +208,17 @@ fn poll_a_replayed_capture_reaches_a_memif_peer_intact_in_order() {
     let (sent, got, j, _, _) = replay_to_memif(&dir, &[]);
     assert_eq!(got.len(), sent.len(), "frames received: {j}");
     for (i, (g, s)) in got.iter().zip(&sent).enumerate() {
-        let seq = memnic_test_support::check_flow(g, FLOW)
-            .unwrap_or_else(|e| panic!("frame {i}: {e}"));
+        let seq =
+            memnic_test_support::check_flow(g, FLOW).unwrap_or_else(|e| panic!("frame {i}: {e}"));
         assert_eq!(seq, i as u64, "frame {i} out of order");
         assert_eq!(g, s, "frame {i}: bytes");
     }
     let memif = &j["ports"][1];
-    assert_eq!((n(memif, "tx_packets"), n(memif, "tx_dropped")), (N, 0), "{j}");
+    assert_eq!(
+        (n(memif, "tx_packets"), n(memif, "tx_dropped")),
+        (N, 0),
+        "{j}"
+    );
 }
 
 /// Live capture of a running testpmd: its pcapng files are read by tcpdump frame for frame and
@@ -202,10 +236,19 @@ fn poll_live_capture_writes_what_the_port_counters_say() {
     // The default rings (thousands of slots) hold every frame of the run: none missed.
     assert_eq!(n(pcap, "rx_captured"), N, "{j}");
     assert_eq!(n(pcap, "rx_capture_missed"), 0, "{j}");
-    assert_eq!(n(pcap, "rx_captured") + n(pcap, "rx_capture_missed"), n(pcap, "rx_packets"));
+    assert_eq!(
+        n(pcap, "rx_captured") + n(pcap, "rx_capture_missed"),
+        n(pcap, "rx_packets")
+    );
     assert_eq!(n(memif, "tx_captured"), N, "{j}");
-    assert_eq!(n(memif, "tx_captured") + n(memif, "tx_capture_missed"), n(memif, "tx_packets"));
-    assert!(pcap.get("tx_captured").is_none(), "tx of port 0 is not captured: {j}");
+    assert_eq!(
+        n(memif, "tx_captured") + n(memif, "tx_capture_missed"),
+        n(memif, "tx_packets")
+    );
+    assert!(
+        pcap.get("tx_captured").is_none(),
+        "tx of port 0 is not captured: {j}"
+    );
     assert_dumped(&tcpdump(&rx_cap), &sent, 64, from, to);
     assert_dumped(&tcpdump(&tx_cap), &sent, usize::MAX, from, to);
 }
@@ -217,7 +260,10 @@ fn poll_live_capture_writes_what_the_port_counters_say() {
 fn poll_a_capture_that_cannot_keep_up_counts_misses_and_forwarding_goes_on() {
     let dir = TestDir::new("pcap-slow");
     let fifo = dir.join("slow.pcapng");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
     assert!(made.success(), "mkfifo");
     // The reader opens the pipe (so testpmd's open does not wait) and reads only when told.
     let (go, wait) = std::sync::mpsc::channel::<()>();
@@ -250,7 +296,11 @@ fn poll_a_capture_that_cannot_keep_up_counts_misses_and_forwarding_goes_on() {
     p.wait_for_output("Telling cores to stop", Duration::from_secs(60));
     go.send(()).unwrap();
     let out = p.wait(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let bytes = reader.join().unwrap();
     let j = json_of(&out);
     let port = &j["ports"][0];
@@ -261,7 +311,10 @@ fn poll_a_capture_that_cannot_keep_up_counts_misses_and_forwarding_goes_on() {
     );
     assert!(missed > 0, "a blocked writer missed nothing: {j}");
     assert_eq!(captured + missed, sent, "{j}");
-    assert!(sent > 2 * captured, "forwarding waited for the capture: {j}");
+    assert!(
+        sent > 2 * captured,
+        "forwarding waited for the capture: {j}"
+    );
     let file = dir.join("read.pcapng");
     std::fs::write(&file, bytes).unwrap();
     let dumped = tcpdump(&file);
@@ -270,7 +323,10 @@ fn poll_a_capture_that_cannot_keep_up_counts_misses_and_forwarding_goes_on() {
     let mut last = None;
     for (i, d) in dumped.iter().enumerate() {
         let seq = memnic_test_support::check(&d.bytes).unwrap_or_else(|e| panic!("frame {i}: {e}"));
-        assert!(last.is_none_or(|l| seq > l), "frame {i}: seq {seq} after {last:?}");
+        assert!(
+            last.is_none_or(|l| seq > l),
+            "frame {i}: seq {seq} after {last:?}"
+        );
         last = Some(seq);
     }
 }
@@ -284,24 +340,66 @@ fn poll_bad_capture_values_and_pcap_devargs_are_one_sentence() {
     let rx = format!("pcap0,rx_pcap={}", input.display());
     let cap = |s: &str| dir.join(s).display().to_string();
     let cases: Vec<(Vec<String>, String)> = vec![
-        (vec!["--capture".into(), format!("1={}", cap("a"))], "--capture names port 1, but there are 1 port(s)".into()),
-        (vec!["--capture".into(), format!("0:up={}", cap("a"))], "direction 'up' is not rx, tx or both".into()),
-        (vec!["--capture".into(), "0".into()], "expected PORT[:rx|tx|both]=FILE".into()),
-        (vec!["--capture".into(), format!("0={},snaplen=0", cap("a"))], "snaplen=0 is not a number within 1..=262144".into()),
-        (vec!["--capture".into(), format!("0:rx={}", cap("a")), "--capture".into(), format!("0={}", cap("b"))], "--capture: port 0 rx is captured twice".into()),
-        (vec!["--capture".into(), format!("0:rx={}", cap("a")), "--capture".into(), format!("0:tx={}", cap("a"))], "is named twice".into()),
-        (vec!["--capture".into(), format!("0={}", cap("no/dir"))], "cannot create the file".into()),
+        (
+            vec!["--capture".into(), format!("1={}", cap("a"))],
+            "--capture names port 1, but there are 1 port(s)".into(),
+        ),
+        (
+            vec!["--capture".into(), format!("0:up={}", cap("a"))],
+            "direction 'up' is not rx, tx or both".into(),
+        ),
+        (
+            vec!["--capture".into(), "0".into()],
+            "expected PORT[:rx|tx|both]=FILE".into(),
+        ),
+        (
+            vec!["--capture".into(), format!("0={},snaplen=0", cap("a"))],
+            "snaplen=0 is not a number within 1..=262144".into(),
+        ),
+        (
+            vec![
+                "--capture".into(),
+                format!("0:rx={}", cap("a")),
+                "--capture".into(),
+                format!("0={}", cap("b")),
+            ],
+            "--capture: port 0 rx is captured twice".into(),
+        ),
+        (
+            vec![
+                "--capture".into(),
+                format!("0:rx={}", cap("a")),
+                "--capture".into(),
+                format!("0:tx={}", cap("a")),
+            ],
+            "is named twice".into(),
+        ),
+        (
+            vec!["--capture".into(), format!("0={}", cap("no/dir"))],
+            "cannot create the file".into(),
+        ),
     ];
     for (extra, needle) in cases {
-        let mut args: Vec<String> = ["testpmd", "--duration", "0.1", "--vdev", &rx].map(String::from).to_vec();
+        let mut args: Vec<String> = ["testpmd", "--duration", "0.1", "--vdev", &rx]
+            .map(String::from)
+            .to_vec();
         args.extend(extra);
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         one_sentence(&refs, &needle);
     }
     for (vdev, needle) in [
-        ("pcap0".to_string(), "port 'pcap0': give rx_pcap=FILE".to_string()),
-        (format!("pcap0,rx_pcap={}", cap("missing")), "port 'pcap0': cannot open rx_pcap file".into()),
-        (format!("{rx},rx_pace=slow"), "bad value 'slow' for 'rx_pace'".into()),
+        (
+            "pcap0".to_string(),
+            "port 'pcap0': give rx_pcap=FILE".to_string(),
+        ),
+        (
+            format!("pcap0,rx_pcap={}", cap("missing")),
+            "port 'pcap0': cannot open rx_pcap file".into(),
+        ),
+        (
+            format!("{rx},rx_pace=slow"),
+            "bad value 'slow' for 'rx_pace'".into(),
+        ),
     ] {
         one_sentence(&["testpmd", "--duration", "0.1", "--vdev", &vdev], &needle);
     }
@@ -311,7 +409,10 @@ fn one_sentence(args: &[&str], needle: &str) {
     let out = common::memnic(args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(err.contains(needle), "{args:?}: expected '{needle}' in: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected '{needle}' in: {err}"
+    );
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "{args:?}: one line: {err}");
     assert!(lines[0].starts_with("memnic: "), "{err}");

@@ -558,11 +558,17 @@ mod tests {
             ("p=x", "'p' is not a port number"),
             ("0:up=x", "direction 'up' is not rx, tx or both"),
             ("0=", "no file name"),
-            ("0=x,snaplen=0", "snaplen=0 is not a number within 1..=262144"),
+            (
+                "0=x,snaplen=0",
+                "snaplen=0 is not a number within 1..=262144",
+            ),
             ("0=x,snaplen=262145", "is not a number within 1..=262144"),
             ("0=x,ring=many", "ring=many is not a number"),
             ("0=x,snaplen=9,snaplen=9", "snaplen is given twice"),
-            ("0=x,speed=1", "unknown option 'speed' (known: snaplen, ring)"),
+            (
+                "0=x,speed=1",
+                "unknown option 'speed' (known: snaplen, ring)",
+            ),
             ("0=x,snaplen", "'snaplen' is not key=value"),
         ] {
             let e = spec(bad).unwrap_err();
@@ -582,8 +588,11 @@ mod tests {
             .collect()
     }
 
-    /// Every enhanced packet block of a pcapng file: (interface, original length, data, flags).
-    fn read_back(path: &std::path::Path) -> (Vec<(String, u32)>, Vec<(u32, u32, Vec<u8>, u32)>) {
+    /// An enhanced packet block: (interface, original length, data, flags).
+    type Packet = (u32, u32, Vec<u8>, u32);
+
+    /// The interfaces (name, snap length) and packets of a pcapng file.
+    fn read_back(path: &std::path::Path) -> (Vec<(String, u32)>, Vec<Packet>) {
         let mut r = PcapNgReader::new(File::open(path).unwrap()).unwrap();
         let mut packets = Vec::new();
         while let Some(b) = r.next_block() {
@@ -622,7 +631,8 @@ mod tests {
     /// holds every captured frame, cut at the snap length, with its length on the wire.
     #[test]
     fn a_full_ring_misses_and_counts_and_flush_completes_the_file() {
-        let path = std::env::temp_dir().join(format!("memnic-capture-{}.pcapng", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("memnic-capture-{}.pcapng", std::process::id()));
         let mut cfg = PoolConfig::new("capture-test", 64);
         cfg.huge = false;
         let pool = Mempool::new(&cfg).unwrap();
@@ -635,18 +645,36 @@ mod tests {
 
         let burst = frames(&pool, 10, 150);
         rx.capture(&burst);
-        assert_eq!(cap.counts(Dir::Rx), CaptureCounts { captured: 4, missed: 6 });
+        assert_eq!(
+            cap.counts(Dir::Rx),
+            CaptureCounts {
+                captured: 4,
+                missed: 6
+            }
+        );
         cap.flush().unwrap();
         // The writer gave the slots back: a tx burst of 5 of which the queue took 3.
         let sent = frames(&pool, 5, 80);
         tx.hold(&sent);
         tx.commit(3);
-        assert_eq!(cap.counts(Dir::Tx), CaptureCounts { captured: 3, missed: 0 });
+        assert_eq!(
+            cap.counts(Dir::Tx),
+            CaptureCounts {
+                captured: 3,
+                missed: 0
+            }
+        );
         cap.close().unwrap();
         assert_eq!(cap.written(), 7);
 
         let (ifaces, packets) = read_back(&path);
-        assert_eq!(ifaces, [("memif0-rx".to_string(), 100), ("memif0-tx".to_string(), 100)]);
+        assert_eq!(
+            ifaces,
+            [
+                ("memif0-rx".to_string(), 100),
+                ("memif0-tx".to_string(), 100)
+            ]
+        );
         assert_eq!(packets.len(), 7);
         for (i, (iface, orig, data, flags)) in packets.iter().enumerate() {
             let (m, want_iface, want_flags, len) = if i < 4 {
