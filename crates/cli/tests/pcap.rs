@@ -253,8 +253,9 @@ fn poll_live_capture_writes_what_the_port_counters_say() {
     assert_dumped(&tcpdump(&tx_cap), &sent, usize::MAX, from, to);
 }
 
-/// A capture whose file is a pipe nobody reads: the writer blocks, the slots run out, the
-/// frames past them are counted as missed, and txonly goes on all the same. Once the pipe is
+/// A capture whose file is a pipe nobody reads: the writer blocks (once the pipe and its 1 MiB
+/// buffer are full), the 64 slots run out, the frames past them are counted as missed, and
+/// txonly goes on all the same. Once the pipe is
 /// read, everything captured is in it, and tcpdump reads it.
 #[test]
 fn poll_a_capture_that_cannot_keep_up_counts_misses_and_forwarding_goes_on() {
@@ -277,7 +278,7 @@ fn poll_a_capture_that_cannot_keep_up_counts_misses_and_forwarding_goes_on() {
             bytes
         })
     };
-    let flag = format!("0:tx={}", fifo.display());
+    let flag = format!("0:tx={},ring=64", fifo.display());
     let mut p = common::spawn(&[
         "testpmd",
         "-l",

@@ -636,8 +636,7 @@ mod tests {
         let mut cfg = PoolConfig::new("capture-test", 64);
         cfg.huge = false;
         let pool = Mempool::new(&cfg).unwrap();
-        let mut s = spec(&format!("3={},snaplen=100,ring=4", path.display())).unwrap();
-        s.port = 3;
+        let s = spec(&format!("3={},snaplen=100,ring=4", path.display())).unwrap();
         let mut cap = Capture::start(s, "memif0", 1518).unwrap();
         assert_eq!((cap.snaplen, cap.ring), (100, 4));
         let mut rx = cap.tap(Dir::Rx).unwrap();

@@ -54,6 +54,23 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `memnic-test-TAG-PID-N-NANOS`: a name no other process or call gets.
+fn unique_name(tag: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "memnic-test-{}-{}-{}-{}",
+        tag,
+        std::process::id(),
+        // Relaxed: only uniqueness matters, which the atomic add gives on its own.
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
 /// A `/dev/shm` name unique to this process and call, removed on drop.
 pub struct ShmName {
     name: String,
@@ -61,18 +78,7 @@ pub struct ShmName {
 
 impl ShmName {
     pub fn new(tag: &str) -> ShmName {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let name = format!(
-            "memnic-test-{}-{}-{}-{}",
-            tag,
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed),
-            nanos
-        );
+        let name = unique_name(tag);
         let _ = std::fs::remove_file(Self::path_of(&name));
         ShmName { name }
     }
@@ -104,8 +110,7 @@ pub struct TestDir {
 
 impl TestDir {
     pub fn new(tag: &str) -> TestDir {
-        let shm = ShmName::new(tag);
-        let path = std::env::temp_dir().join(shm.name());
+        let path = std::env::temp_dir().join(unique_name(tag));
         std::fs::create_dir_all(&path).expect("create a test directory");
         TestDir { path }
     }
