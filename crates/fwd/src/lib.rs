@@ -6,11 +6,13 @@
 //! per-stream snapshot cells.
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod pkt;
 pub mod report;
 mod stream;
 pub mod verify;
 
+pub use capture::{Capture, CaptureCounts, CaptureSpec};
 pub use stream::{Stream, StreamCounters, StreamSpec};
 pub use verify::{Verifier, VerifyCounts};
 
@@ -250,6 +252,10 @@ pub struct Engine {
     cells: Vec<(StreamSpec, Arc<stream::StreamCell>)>,
     /// Counters of streams as of the last clear.
     base: Vec<StreamCounters>,
+    /// Live captures (`--capture`), one per file.
+    captures: Vec<Capture>,
+    /// Why capture files were left incomplete at the last stop.
+    capture_errors: Vec<String>,
 }
 
 /// Where the rx and tx queues of one stream get their buffers.
@@ -316,7 +322,51 @@ impl Engine {
             threads: Vec::new(),
             cells,
             base,
+            captures: Vec::new(),
+            capture_errors: Vec::new(),
         })
+    }
+
+    /// Starts capturing what `spec` names (while stopped): creates its file and writer and taps
+    /// every stream that receives on (rx) or sends to (tx) the port. An error is one sentence.
+    pub fn add_capture(&mut self, spec: CaptureSpec) -> Result<&Capture, FwdError> {
+        if self.is_running() {
+            return Err(FwdError::Running);
+        }
+        let Some(port) = self.ports.get(spec.port as usize) else {
+            return Err(FwdError::Config(format!(
+                "--capture names port {}, but there are {} port(s)",
+                spec.port,
+                self.ports.len()
+            )));
+        };
+        let info = port.info();
+        let mut cap =
+            Capture::start(spec, &info.name, info.max_frame_len).map_err(FwdError::Config)?;
+        let port = cap.spec.port;
+        for s in self.lcores.iter_mut().flat_map(|l| l.streams.iter_mut()) {
+            if s.spec.rx_port == port {
+                if let Some(tap) = cap.tap(capture::Dir::Rx) {
+                    s.rx_tap = Some(tap);
+                }
+            }
+            if s.spec.tx_port == port {
+                if let Some(tap) = cap.tap(capture::Dir::Tx) {
+                    s.tx_tap = Some(tap);
+                }
+            }
+        }
+        self.captures.push(cap);
+        Ok(self.captures.last().expect("just pushed"))
+    }
+
+    pub fn captures(&self) -> &[Capture] {
+        &self.captures
+    }
+
+    /// Why capture files were left incomplete at the last stop (one sentence each).
+    pub fn capture_errors(&self) -> &[String] {
+        &self.capture_errors
     }
 
     pub fn is_running(&self) -> bool {
@@ -366,6 +416,12 @@ impl Engine {
             })?;
             self.lcores[id].streams = streams;
         }
+        // No lcore runs: everything captured is on its way to the files; wait until it is in.
+        self.capture_errors = self
+            .captures
+            .iter()
+            .filter_map(|c| c.flush().err())
+            .collect();
         Ok(())
     }
 

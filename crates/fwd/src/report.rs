@@ -3,6 +3,7 @@
 use std::fmt::Write;
 use std::time::Instant;
 
+use crate::capture::{CaptureCounts, Dir};
 use crate::verify::VerifyCounts;
 use crate::{Engine, StreamCounters};
 
@@ -28,6 +29,17 @@ pub struct PortReport {
     /// Integrity counts of frames received on this port (with `--verify`).
     #[serde(skip_serializing_if = "Option::is_none", flatten)]
     pub verify: Option<VerifyCounts>,
+    /// Live capture (`--capture`) of the frames received: those in the file (or on their way
+    /// to it), and those missed for want of a free slot. Absent when rx is not captured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_captured: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_capture_missed: Option<u64>,
+    /// The same for the frames sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_captured: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_capture_missed: Option<u64>,
     /// The driver's extended counters (cumulative since the port was opened, not cleared).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub xstats: std::collections::BTreeMap<&'static str, u64>,
@@ -109,6 +121,15 @@ impl Meter {
             p.tx_bytes -= b.tx_bytes;
             p.tx_errors -= b.tx_errors;
             p.tx_dropped -= b.tx_dropped;
+            let less = |v: &mut Option<u64>, b: Option<u64>| {
+                if let Some(v) = v.as_mut() {
+                    *v -= b.unwrap_or(0);
+                }
+            };
+            less(&mut p.rx_captured, b.rx_captured);
+            less(&mut p.rx_capture_missed, b.rx_capture_missed);
+            less(&mut p.tx_captured, b.tx_captured);
+            less(&mut p.tx_capture_missed, b.tx_capture_missed);
         }
         self.at = now;
         ports
@@ -137,6 +158,21 @@ fn raw_ports(engine: &Engine) -> Vec<PortReport> {
                         .add(&c.verify);
                 }
             }
+            let mut captured = [None::<CaptureCounts>; 2];
+            for c in engine
+                .captures()
+                .iter()
+                .filter(|c| c.spec.port as usize == i)
+            {
+                for (k, dir) in [Dir::Rx, Dir::Tx].into_iter().enumerate() {
+                    if c.takes(dir) {
+                        let n = c.counts(dir);
+                        let sum = captured[k].get_or_insert_with(CaptureCounts::default);
+                        sum.captured += n.captured;
+                        sum.missed += n.missed;
+                    }
+                }
+            }
             PortReport {
                 port: i as u16,
                 name: p.info().name,
@@ -151,6 +187,10 @@ fn raw_ports(engine: &Engine) -> Vec<PortReport> {
                 tx_dropped: dropped,
                 verify,
                 xstats: p.xstats().into_iter().collect(),
+                rx_captured: captured[0].map(|c| c.captured),
+                rx_capture_missed: captured[0].map(|c| c.missed),
+                tx_captured: captured[1].map(|c| c.captured),
+                tx_capture_missed: captured[1].map(|c| c.missed),
                 ..Default::default()
             }
         })
@@ -216,6 +256,7 @@ pub fn nic_stats(p: &PortReport) -> String {
             v.good, v.lost, v.corrupted, v.duplicated, v.reordered, v.unknown_flows
         );
     }
+    capture_line(&mut s, p);
     let _ = writeln!(s, "\n  Throughput (since last show)");
     let _ = writeln!(
         s,
@@ -229,6 +270,22 @@ pub fn nic_stats(p: &PortReport) -> String {
     );
     let _ = writeln!(s, "  {NIC_BORDER}############################{NIC_BORDER}");
     s
+}
+
+/// `  Capture: RX captured N missed N  TX captured N missed N` for a captured port.
+fn capture_line(s: &mut String, p: &PortReport) {
+    let mut line = String::new();
+    for (dir, c, m) in [
+        ("RX", p.rx_captured, p.rx_capture_missed),
+        ("TX", p.tx_captured, p.tx_capture_missed),
+    ] {
+        if let (Some(c), Some(m)) = (c, m) {
+            let _ = write!(line, "  {dir} captured {c} missed {m}");
+        }
+    }
+    if !line.is_empty() {
+        let _ = writeln!(s, "  Capture:{line}");
+    }
 }
 
 /// The totals printed at stop (testpmd's `fwd_stats_display`).
@@ -262,6 +319,7 @@ pub fn fwd_stats(ports: &[PortReport]) -> String {
                 v.good, v.lost, v.corrupted, v.duplicated, v.reordered, v.unknown_flows
             );
         }
+        capture_line(&mut s, p);
         let _ = writeln!(s, "  {}", "-".repeat(76));
         rx += p.rx_packets;
         rxd += p.rx_missed;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use memnic_ethdev::{MacAddr, Mbuf, PoolCache, RxQueue, TxQueue, MAX_BURST};
 
+use crate::capture::Tap;
 use crate::pkt::{self, HDRS, IP_DST, IP_SRC};
 use crate::verify::{Verifier, VerifyCounts};
 use crate::{FwdConfig, FwdMode};
@@ -127,6 +128,10 @@ pub struct Stream {
     idle_polls: u32,
     counters: StreamCounters,
     cell: Arc<StreamCell>,
+    /// Live capture of the frames received and sent (`--capture`): one branch per burst when
+    /// off.
+    pub(crate) rx_tap: Option<Tap>,
+    pub(crate) tx_tap: Option<Tap>,
 }
 
 impl Stream {
@@ -159,6 +164,8 @@ impl Stream {
             idle_polls: 0,
             counters: StreamCounters::default(),
             cell: Arc::new(StreamCell::default()),
+            rx_tap: None,
+            tx_tap: None,
         }
     }
 
@@ -217,6 +224,9 @@ impl Stream {
             return;
         }
         self.counters.rx += n as u64;
+        if let Some(tap) = self.rx_tap.as_mut() {
+            tap.capture(&self.pkts);
+        }
         if matches!(cfg.mode, FwdMode::Mac | FwdMode::MacSwap) {
             let macs =
                 (cfg.mode == FwdMode::Mac).then(|| (cfg.peer_mac(self.spec.tx_port), self.tx_mac));
@@ -238,7 +248,7 @@ impl Stream {
             // Frames no private buffer was left for.
             self.counters.dropped += (before - self.pkts.len()) as u64;
         }
-        let sent = self.txq.tx_burst(&mut self.pkts);
+        let sent = offer(&mut *self.txq, self.tx_tap.as_mut(), &mut self.pkts);
         self.counters.tx += sent as u64;
         if !self.pkts.is_empty() {
             self.counters.dropped += self.pkts.len() as u64;
@@ -252,6 +262,9 @@ impl Stream {
             return;
         }
         self.counters.rx += n as u64;
+        if let Some(tap) = self.rx_tap.as_mut() {
+            tap.capture(&self.pkts);
+        }
         if cfg.verify {
             for m in &self.pkts {
                 match m.as_slice().filter(|_| m.nb_segs() == 1) {
@@ -329,7 +342,7 @@ impl Stream {
                 }
             }
         }
-        let sent = self.txq.tx_burst(&mut self.pending);
+        let sent = offer(&mut *self.txq, self.tx_tap.as_mut(), &mut self.pending);
         self.counters.tx += sent as u64;
         if !cfg.verify && !self.pending.is_empty() {
             self.counters.dropped += self.pending.len() as u64;
@@ -342,6 +355,21 @@ impl Stream {
         self.cache.free_all(&mut self.pkts);
         self.cache.free_all(&mut self.pending);
         self.cell.publish(&self.counters);
+    }
+}
+
+/// Offers `pkts` to `txq`, captured (what the queue takes) when `tap` is on; returns how many
+/// the queue took.
+#[inline]
+fn offer(txq: &mut dyn TxQueue, tap: Option<&mut Tap>, pkts: &mut Vec<Mbuf>) -> usize {
+    match tap {
+        None => txq.tx_burst(pkts),
+        Some(tap) => {
+            tap.hold(pkts);
+            let sent = txq.tx_burst(pkts);
+            tap.commit(sent);
+            sent
+        }
     }
 }
 

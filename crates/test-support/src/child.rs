@@ -167,6 +167,25 @@ impl Child {
         }
     }
 
+    /// Waits up to `limit` until the child has printed `text` (on stdout or stderr); panics as
+    /// [`Child::wait_for_line`] does.
+    pub fn wait_for_output(&mut self, text: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.output().contains(text) {
+            if let Some(st) = self.try_status() {
+                self.join_readers();
+                if self.output().contains(text) {
+                    return;
+                }
+                self.fail(&format!("the child exited ({st}) before printing {text:?}"));
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!("no {text:?} from the child within {limit:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends a line to the child's stdin (spawned with [`Stdin::Pipe`]).
     pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is a pipe");

@@ -1,6 +1,7 @@
 //! What the tests of every memnic crate share (a dev-dependency only; never shipped):
 //!
 //! * [`ShmName`]: a `/dev/shm` name unique to the process *and* the call, removed on drop;
+//!   [`TestDir`]: a temporary directory likewise;
 //! * [`pool`] / [`shared_pool`]: small pools without hugepages;
 //! * the one verified payload format — `memnic-fwd`'s (Ethernet/IPv4/UDP headers, then sequence
 //!   number, flow, session and checksum): [`fill`], [`check`], [`write_frame`], [`read_frame`],
@@ -9,6 +10,8 @@
 //!   `tx_burst` hands back and checking every frame for loss, corruption, duplicates and order;
 //! * [`Child`]: a child process whose stdout and stderr are always drained (a chatty DPDK peer
 //!   never blocks on a full pipe), killed and reaped on drop;
+//! * [`pcap`]: pcap files written byte by byte (hostile records too) and what `tcpdump -r`
+//!   reads back from a capture;
 //! * [`harness`]: a test `main` for binaries whose tests re-execute themselves as a peer, so the
 //!   child roles are not listed (or counted) as tests;
 //! * [`netns`]: network namespaces (named ones deleted on drop, and fresh ones per thread) for
@@ -23,6 +26,7 @@ pub mod guest;
 mod harness;
 pub mod netns;
 mod payload;
+pub mod pcap;
 mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +58,23 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `memnic-test-TAG-PID-N-NANOS`: a name no other process or call gets.
+fn unique_name(tag: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "memnic-test-{}-{}-{}-{}",
+        tag,
+        std::process::id(),
+        // Relaxed: only uniqueness matters, which the atomic add gives on its own.
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
 /// A `/dev/shm` name unique to this process and call, removed on drop.
 pub struct ShmName {
     name: String,
@@ -61,18 +82,7 @@ pub struct ShmName {
 
 impl ShmName {
     pub fn new(tag: &str) -> ShmName {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let name = format!(
-            "memnic-test-{}-{}-{}-{}",
-            tag,
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed),
-            nanos
-        );
+        let name = unique_name(tag);
         let _ = std::fs::remove_file(Self::path_of(&name));
         ShmName { name }
     }
@@ -93,6 +103,35 @@ impl ShmName {
 impl Drop for ShmName {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.path());
+    }
+}
+
+/// A directory of its own under the system's temporary directory (unique to the process and
+/// the call), removed with everything in it on drop.
+pub struct TestDir {
+    path: std::path::PathBuf,
+}
+
+impl TestDir {
+    pub fn new(tag: &str) -> TestDir {
+        let path = std::env::temp_dir().join(unique_name(tag));
+        std::fs::create_dir_all(&path).expect("create a test directory");
+        TestDir { path }
+    }
+
+    /// `name` inside the directory.
+    pub fn join(&self, name: &str) -> std::path::PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 

@@ -31,6 +31,7 @@ fn command(s: &mut Session, line: &str) -> bool {
             Ok(()) => {
                 let ports = s.meter.ports(&s.engine);
                 say(s, &report::fwd_stats(&ports));
+                super::warn_capture_errors(s);
                 say(s, "Done.");
             }
             Err(_) => say(s, "Packet forwarding not started"),

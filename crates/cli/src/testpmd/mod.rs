@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memnic_ethdev::{MacAddr, Mempool, Port};
-use memnic_fwd::{report, Engine, FwdConfig, FwdMode, QueuePools, StreamSpec, Topology};
+use memnic_fwd::{
+    report, CaptureSpec, Engine, FwdConfig, FwdMode, QueuePools, StreamSpec, Topology,
+};
 use memnic_numa::{Dir, NumaConfig, Placement, QueueRef};
 use memnic_pktbuf::PoolConfig;
 
@@ -23,6 +25,7 @@ pub const DRIVERS: &[memnic_ethdev::Driver] = &[
     memnic_memif::DRIVER,
     memnic_vhost::DRIVER,
     memnic_tap::DRIVER,
+    memnic_pcap::DRIVER,
 ];
 
 #[derive(clap::Args, Debug)]
@@ -91,6 +94,10 @@ pub struct Args {
     /// Stop by itself after N seconds (default: run until SIGINT/SIGTERM)
     #[arg(long)]
     duration: Option<f64>,
+    /// Capture a port's frames into a pcapng file while forwarding:
+    /// PORT[:rx|tx|both]=FILE[,snaplen=N][,ring=N] (repeatable)
+    #[arg(long = "capture")]
+    capture: Vec<String>,
     /// Print the final statistics as one JSON object on stdout (the rest goes to stderr)
     #[arg(long)]
     json: bool,
@@ -431,8 +438,59 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         it.next().expect("one pool pair per stream")
     })
     .map_err(|e| e.to_string())?;
+    add_captures(&mut engine, &a.capture, &out)?;
     let meter = report::Meter::new(&mut engine);
     Ok(Session { engine, meter, out })
+}
+
+/// Starts the `--capture` flags' captures; a bad value or a file that cannot be created is one
+/// sentence.
+fn add_captures(engine: &mut Engine, flags: &[String], out: &Out) -> Result<(), String> {
+    let specs: Vec<CaptureSpec> = flags
+        .iter()
+        .map(|f| f.parse())
+        .collect::<Result<_, String>>()?;
+    for (i, a) in specs.iter().enumerate() {
+        for b in &specs[..i] {
+            if a.path == b.path {
+                return Err(format!(
+                    "--capture: {} is named twice (one file per --capture)",
+                    a.path.display()
+                ));
+            }
+            if let Some(d) = a
+                .dirs
+                .iter()
+                .find(|d| a.port == b.port && b.dirs.contains(d))
+            {
+                return Err(format!(
+                    "--capture: port {} {} is captured twice",
+                    a.port,
+                    d.name()
+                ));
+            }
+        }
+    }
+    for spec in specs {
+        let c = engine.add_capture(spec).map_err(|e| e.to_string())?;
+        let dirs: Vec<&str> = c.spec.dirs.iter().map(|d| d.name()).collect();
+        out.line(&format!(
+            "Capturing port {} {} into {} (pcapng, snaplen {}, {} slots)",
+            c.spec.port,
+            dirs.join("+"),
+            c.spec.path.display(),
+            c.snaplen,
+            c.ring
+        ));
+    }
+    Ok(())
+}
+
+/// Says why capture files were left incomplete at the last stop, if they were.
+pub fn warn_capture_errors(s: &Session) {
+    for e in s.engine.capture_errors() {
+        s.out.line(&format!("warning: {e}"));
+    }
 }
 
 /// Which pool a queue's buffers come from.
@@ -548,6 +606,7 @@ pub fn finish(s: &mut Session, elapsed: Duration) -> Result<(), String> {
         p.tx_bps = (p.tx_bytes as f64 * 8.0 / since) as u64;
     }
     s.out.line(&report::fwd_stats(&ports));
+    warn_capture_errors(s);
     s.out.line("Done.");
     if s.out.json {
         let r = report::Report {

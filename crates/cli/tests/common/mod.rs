@@ -48,6 +48,25 @@ pub fn testpmd(cpu: u32, vdev: &str, mode: &str, extra: &[&str]) -> Proc {
     spawn(&args)
 }
 
+/// `memnic testpmd -i ARGS` with a pipe to its prompt ([`Proc::send`]).
+pub fn interactive(args: &[&str]) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.args(["testpmd", "-i"]).args(args);
+    Proc::spawn(cmd, Stdin::Pipe)
+}
+
+/// Asks an interactive testpmd for `show port stats all` until what it printed holds `text`.
+pub fn wait_for_stats(p: &mut Proc, text: &str, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while !p.output().contains(text) {
+        if std::time::Instant::now() > deadline {
+            p.fail(&format!("the stats never showed {text:?} within {limit:?}"));
+        }
+        p.send("show port stats all");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs memnic to completion (60 s at most).
 pub fn memnic(args: &[&str]) -> Output {
     spawn(args).wait(Duration::from_secs(60))
