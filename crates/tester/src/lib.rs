@@ -185,12 +185,7 @@ pub fn run(
         }
     }
     let cpus = pick_cpus(cfg)?;
-    let jumbo = cfg.sizes.iter().any(|&s| s > MAX_FRAME_LEN);
-    let mut pcfg = PoolConfig::new("tester", 8192);
-    if jumbo {
-        pcfg.buf_size = JUMBO + DEFAULT_HEADROOM;
-    }
-    let pool = Mempool::new(&pcfg).map_err(|e| TesterError::Setup(e.to_string()))?;
+    let pool = pool_for(&cfg.sizes)?;
     let mut samples: Vec<Vec<Vec<Sample>>> =
         vec![vec![Vec::new(); cfg.variants.len()]; cfg.sizes.len()];
     for _ in 0..cfg.trials {
@@ -209,6 +204,15 @@ pub fn run(
         }
     }
     Ok(rows)
+}
+
+/// The buffers [`run_once`] needs for frames of `sizes`.
+pub fn pool_for(sizes: &[u32]) -> Result<Mempool, TesterError> {
+    let mut pcfg = PoolConfig::new("tester", 8192);
+    if sizes.iter().any(|&s| s > MAX_FRAME_LEN) {
+        pcfg.buf_size = JUMBO + DEFAULT_HEADROOM;
+    }
+    Mempool::new(&pcfg).map_err(|e| TesterError::Setup(e.to_string()))
 }
 
 /// The host emulator: serves resets, turns `up` slots FREE → FILLED (len = `size`) and `down`
