@@ -72,7 +72,7 @@ pub fn main(args: Args, ours: std::path::PathBuf) -> Result<(), String> {
         print!("{}", report::table(&plan, &rows, &swings));
     }
     if let Some(path) = &plan.svg {
-        let text = svg::render(&report::chart(&plan, &rows, &date));
+        let text = svg::render(&report::chart(&plan, &rows, &swings, &date));
         std::fs::write(path, text)
             .map_err(|e| format!("--svg: cannot write {}: {e}", path.display()))?;
     }

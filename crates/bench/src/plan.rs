@@ -176,8 +176,10 @@ pub struct Plan {
     pub bench: &'static str,
     /// What is measured, in a line (the table's first and the chart's title).
     pub title: String,
-    /// How the figures are taken, in a line.
+    /// Where the two sides run and what goes which way, in a line.
     pub method: String,
+    /// What a window is.
+    pub windows: &'static str,
     /// The heading of the variant column.
     pub variant_heading: &'static str,
     pub cases: Vec<Case>,
@@ -258,6 +260,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     let cpus = cpus(common.cpus.as_deref(), allowed_cpus)?;
     let (a, b) = cpus;
     let mut cases = vec![Case::Only];
+    let mut windows = "~2-s windows of the receiver's counters, stamped by the bench's clock";
     let (title, method, heading, variants, baseline) = match &args.bench {
         Bench::Memif { peer, .. } => {
             let mut pairs = vec![];
@@ -307,9 +310,10 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                 variants.clone()
             };
             let baseline = variants.iter().position(|v| *v == Variant::Before2014);
+            windows = "the tester's 2-s trials (one window each), timed by the PMD thread";
             (
                 "memnic-tester, PMD rx_burst + tx_burst against a host emulator".to_string(),
-                format!("host emulator on CPU {a}, PMD on CPU {b}; windows: the tester's own 2-s trials"),
+                format!("host emulator on CPU {a}, PMD on CPU {b}"),
                 "variant",
                 variants
                     .into_iter()
@@ -326,6 +330,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                 return Err("--rings and --dirs each need at least one value".into());
             }
             cases = Vec::new();
+            windows = "~2-s windows of virtio-user's counters (deq: its TX-packets, enq: its RX-packets), stamped by the bench's clock";
             for &ring in rings {
                 for &dir in dirs {
                     let c = Case::Vhost { ring, dir };
@@ -336,7 +341,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
             }
             (
                 "vhost-user backend <-> DPDK virtio-user".to_string(),
-                format!("backend on CPU {a}, virtio-user on CPU {b}; deq: virtio-user txonly -> backend rxonly, enq: backend txonly -> virtio-user rxonly; figures from virtio-user's counters"),
+                format!("backend on CPU {a}, virtio-user on CPU {b}; deq: virtio-user txonly -> backend rxonly, enq: backend txonly -> virtio-user rxonly"),
                 "backend",
                 [Impl::Dpdk, Impl::Memnic]
                     .into_iter()
@@ -353,6 +358,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
         bench,
         title,
         method,
+        windows,
         variant_heading: heading,
         cases,
         sizes,

@@ -128,8 +128,8 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
     let _ = writeln!(s, "{}", plan.method);
     let _ = writeln!(
         s,
-        "{} round(s) x {} s per run, runs alternating; Mpps of the ~2-s windows of the counters, stamped by the bench's clock",
-        plan.rounds, plan.seconds
+        "{} round(s) x {} s per run, runs alternating; Mpps of {}",
+        plan.rounds, plan.seconds, plan.windows
     );
     let _ = writeln!(
         s,
@@ -265,6 +265,7 @@ pub fn json(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) -
         "bench": plan.bench,
         "title": plan.title,
         "method": plan.method,
+        "windows": plan.windows,
         "date": date,
         "rounds": plan.rounds,
         "seconds": plan.seconds,
@@ -283,7 +284,7 @@ pub fn json(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) -
 }
 
 /// The chart: one series per case and variant.
-pub fn chart(plan: &Plan, rows: &[Row], date: &str) -> svg::Chart {
+pub fn chart(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) -> svg::Chart {
     let mut series = Vec::new();
     for (ci, case) in plan.cases.iter().enumerate() {
         for (vi, v) in plan.variants.iter().enumerate() {
@@ -313,9 +314,16 @@ pub fn chart(plan: &Plan, rows: &[Row], date: &str) -> svg::Chart {
     svg::Chart {
         title: format!("memnic bench {}: {} ({date})", plan.bench, plan.title),
         subtitle: format!(
-            "Mpps; line: median of ~2-s windows, band: p20–p80, bars: min–max; {} round(s) x {} s per run, alternating; {}",
-            plan.rounds, plan.seconds, plan.method
+            "Mpps of {}; line: median (p50), band: p20–p80, bars: min–max; {} round(s) x {} s per run, alternating; {}",
+            plan.windows, plan.rounds, plan.seconds, plan.method
         ),
+        notes: swing_lines(swings)
+            .lines()
+            .map(|l| svg::Note {
+                text: l.to_string(),
+                warning: l.starts_with("warning:"),
+            })
+            .collect(),
         sizes: plan.sizes.clone(),
         series,
     }
@@ -331,6 +339,7 @@ mod tests {
             bench: "memif",
             title: "t".into(),
             method: "m".into(),
+            windows: "w",
             variant_heading: "pair",
             cases: vec![Case::Only],
             sizes: vec![64, 1518],
@@ -383,7 +392,8 @@ mod tests {
             (None, None, 0)
         );
         let sw = swings(&p, &res);
-        assert_eq!(sw[0].1.windows, 7);
+        // The 1518-B cell of one window says nothing of a swing: only the 64-B windows count.
+        assert_eq!(sw[0].1.windows, 6);
         let t = table(&p, &rows, &sw);
         assert!(
             t.contains("warning: this machine swung between two states"),

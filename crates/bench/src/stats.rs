@@ -95,7 +95,8 @@ pub fn order(variants: usize, turn: usize) -> Vec<usize> {
 }
 
 /// How far one variant's windows swung: p80 over p20 of all its windows, each window divided by
-/// the median of its own cell first (so frame sizes and cases pool).
+/// the median of its own cell first (so frame sizes and cases pool); cells with one window are
+/// left out.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Swing {
     /// p80/p20 of the normalised windows; `None` with fewer than [`SWING_MIN_WINDOWS`] windows,
@@ -108,6 +109,10 @@ pub struct Swing {
 pub fn swing<'a>(cells: impl IntoIterator<Item = &'a [f64]>) -> Swing {
     let mut pooled = Vec::new();
     for w in cells {
+        // A cell's only window equals its median: no evidence of any swing.
+        if w.len() < 2 {
+            continue;
+        }
         match percentile(w, 0.5) {
             Some(m) if m > 0.0 => pooled.extend(w.iter().map(|r| r / m)),
             _ => {}
@@ -263,6 +268,15 @@ mod tests {
         assert_eq!(s.p80_over_p20, None);
         assert_eq!(s.windows, 3);
         assert!(!swung(&[s]));
+    }
+
+    #[test]
+    fn cells_of_one_window_are_no_evidence() {
+        // One window per cell, each normalised to 1 by itself: that says nothing of a swing.
+        let cells = [[40.0], [12.0], [45.0], [11.0], [44.0], [13.0]];
+        let s = swing(cells.iter().map(|c| &c[..]));
+        assert_eq!(s.p80_over_p20, None);
+        assert_eq!(s.windows, 0);
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub const HEIGHT: f64 = 560.0;
 /// The plot area; the legend sits right of it.
 pub const PLOT_LEFT: f64 = 80.0;
 pub const PLOT_RIGHT: f64 = 660.0;
-pub const PLOT_TOP: f64 = 90.0;
+pub const PLOT_TOP: f64 = 110.0;
 pub const PLOT_BOTTOM: f64 = 480.0;
 /// The first and last frame size sit this far inside the plot area.
 pub const X_PAD: f64 = 30.0;
@@ -41,10 +41,20 @@ pub struct Series {
 #[derive(Debug, Clone)]
 pub struct Chart {
     pub title: String,
+    /// Under the title, wrapped to the page (three lines at most).
     pub subtitle: String,
+    /// Under the legend, wrapped to its column (the machine's swing).
+    pub notes: Vec<Note>,
     /// The measured frame sizes: the x axis's ticks.
     pub sizes: Vec<u32>,
     pub series: Vec<Series>,
+}
+
+/// A remark on the chart; a warning is drawn in red.
+#[derive(Debug, Clone)]
+pub struct Note {
+    pub text: String,
+    pub warning: bool,
 }
 
 /// The top of the y axis and its tick step: a round step giving about five ticks.
@@ -100,6 +110,30 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// About this many characters of 12-px text fit across the page, and in the legend's column.
+const SUBTITLE_CHARS: usize = 130;
+const NOTE_CHARS: usize = 40;
+
+/// `text` in lines of at most `width` characters, broken between words (a longer word stands
+/// alone on its line).
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 fn num(v: f64) -> String {
     format!("{v:.1}")
 }
@@ -137,11 +171,17 @@ pub fn render(c: &Chart) -> String {
         r##"<?xml version="1.0" encoding="UTF-8"?>
 <svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="13">
 <rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>
-<text class="title" x="{PLOT_LEFT}" y="34" font-size="18" font-weight="bold">{}</text>
-<text class="subtitle" x="{PLOT_LEFT}" y="58" font-size="12" fill="#444">{}</text>"##,
+<text class="title" x="{PLOT_LEFT}" y="34" font-size="18" font-weight="bold">{}</text>"##,
         escape(&c.title),
-        escape(&c.subtitle)
     );
+    for (i, line) in wrap(&c.subtitle, SUBTITLE_CHARS).iter().take(3).enumerate() {
+        let _ = writeln!(
+            s,
+            r##"<text class="subtitle" x="{PLOT_LEFT}" y="{}" font-size="12" fill="#444">{}</text>"##,
+            56 + 16 * i,
+            escape(line)
+        );
+    }
     axes(&mut s, c, &scale, step);
     let n = c.series.len() as f64;
     for (i, series) in c.series.iter().enumerate() {
@@ -304,8 +344,7 @@ fn legend(s: &mut String, c: &Chart) {
 <rect x="{x}" y="{}" width="28" height="12" fill="#555" fill-opacity="0.18"/>
 <text x="{}" y="{}" font-size="12">p20–p80 (slow–fast state)</text>
 <line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#555" stroke-width="1.2"/>
-<text x="{}" y="{}" font-size="12">min–max</text>
-</g>"##,
+<text x="{}" y="{}" font-size="12">min–max</text>"##,
         x + 28.0,
         x + 36.0,
         y + 4.0,
@@ -319,6 +358,24 @@ fn legend(s: &mut String, c: &Chart) {
         x + 36.0,
         y + 48.0
     );
+    y += 80.0;
+    for note in &c.notes {
+        let (class, color) = if note.warning {
+            ("warning", "#b00000")
+        } else {
+            ("note", "#444")
+        };
+        for line in wrap(&note.text, NOTE_CHARS) {
+            let _ = writeln!(
+                s,
+                r##"<text class="{class}" x="{x}" y="{y}" font-size="12" fill="{color}">{}</text>"##,
+                escape(&line)
+            );
+            y += 16.0;
+        }
+        y += 6.0;
+    }
+    s.push_str("</g>\n");
 }
 
 #[cfg(test)]
@@ -340,6 +397,16 @@ mod tests {
         Chart {
             title: "memif txonly -> rxonly <copy> & more".into(),
             subtitle: "line: median".into(),
+            notes: vec![
+                Note {
+                    text: "swing 2.00x".into(),
+                    warning: false,
+                },
+                Note {
+                    text: "this machine swung between two states: compare p80 with p80".into(),
+                    warning: true,
+                },
+            ],
             sizes: vec![64, 256, 1024],
             series: vec![
                 Series {
@@ -474,11 +541,38 @@ mod tests {
         let c = Chart {
             title: "t".into(),
             subtitle: String::new(),
+            notes: vec![],
             sizes: vec![64],
             series: vec![],
         };
         let text = render(&c);
         roxmltree::Document::parse(&text).expect("well-formed XML");
+    }
+
+    #[test]
+    fn long_text_wraps_between_words() {
+        assert_eq!(
+            wrap("compare p80 with p80 and p20 with p20", 12),
+            ["compare p80", "with p80 and", "p20 with p20"]
+        );
+        assert_eq!(wrap("a-very-long-word b", 4), ["a-very-long-word", "b"]);
+        assert!(wrap("  ", 10).is_empty());
+        let text = render(&chart());
+        let doc = roxmltree::Document::parse(&text).unwrap();
+        let text_of = |class: &str| -> Vec<String> {
+            doc.descendants()
+                .filter(|n| n.attribute("class") == Some(class))
+                .filter_map(|n| n.text().map(String::from))
+                .collect()
+        };
+        assert_eq!(text_of("note"), ["swing 2.00x"]);
+        assert_eq!(
+            text_of("warning"),
+            [
+                "this machine swung between two states:",
+                "compare p80 with p80"
+            ]
+        );
     }
 
     #[test]
