@@ -265,7 +265,7 @@ pub fn json(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) -
         "bench": plan.bench,
         "title": plan.title,
         "method": plan.method,
-        "windows": plan.windows,
+        "window": plan.windows,
         "date": date,
         "rounds": plan.rounds,
         "seconds": plan.seconds,

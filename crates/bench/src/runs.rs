@@ -20,6 +20,8 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// From both sides started to the first packets counted.
 const TRAFFIC_LIMIT: Duration = Duration::from_secs(30);
 const STOP_LIMIT: Duration = Duration::from_secs(10);
+/// After `--seconds` of traffic, how long a run waits for its first whole window.
+const WINDOW_LIMIT: Duration = Duration::from_secs(10);
 /// The tester's trials: one window each.
 const TESTER_WINDOW: Duration = Duration::from_secs(2);
 
@@ -329,6 +331,11 @@ fn run_pair(ctx: &Ctx, pair: &Pair, traffic: Duration) -> Result<Vec<f64>, Strin
         })?;
         // The measurement itself: traffic runs while the readers stamp the counter lines.
         std::thread::sleep(traffic);
+        // A run of a few seconds may end before a late stats line closes its first window.
+        measured.wait_for("print a whole window of counters", WINDOW_LIMIT, |s| {
+            let stamps = if counter == Counter::Rx { &s.rx } else { &s.tx };
+            !window_rates(stamps, f64::INFINITY).is_empty()
+        })?;
         let until = ctx.clock.elapsed().as_secs_f64();
         Ok(window_rates(&measured.stamps(counter), until))
     };
