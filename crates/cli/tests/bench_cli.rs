@@ -46,9 +46,16 @@ fn succeeded(out: &Output) {
 
 /// Runs `memnic bench ARGS` to completion (`limit` at most).
 fn bench(args: &[&str], limit: Duration) -> Output {
+    bench_with_pid(args, limit).1
+}
+
+/// The same, with the bench's process id.
+fn bench_with_pid(args: &[&str], limit: Duration) -> (u32, Output) {
     let mut cmd = Command::new(bin());
     cmd.arg("bench").args(args);
-    Proc::spawn(cmd, Stdin::Null).wait(limit)
+    let p = Proc::spawn(cmd, Stdin::Null);
+    let pid = p.pid();
+    (pid, p.wait(limit))
 }
 
 /// Checks the rows of a JSON report: one per variant at each size, each with windows and
@@ -68,7 +75,8 @@ fn check_rows(
             "every run gives a window: {r}"
         );
         let q = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
-        assert!(q("min") > 0.0, "packets moved: {r}");
+        // (A window may be empty: on a loaded machine a side can miss its CPU for seconds.)
+        assert!(q("min") >= 0.0, "{r}");
         assert!(
             q("min") <= q("p20")
                 && q("p20") <= q("p50")
@@ -77,6 +85,10 @@ fn check_rows(
             "{r}"
         );
     }
+    assert!(
+        rows.iter().any(|r| r["max"].as_f64().unwrap() > 0.0),
+        "packets moved: {json}"
+    );
     assert_eq!(
         json["swing"].as_array().unwrap().len(),
         variants.len(),
@@ -139,7 +151,7 @@ fn poll_bench_memif_against_dpdk_table_and_svg() {
         return;
     }
     let svg = TmpFile::new("memif");
-    let out = bench(
+    let (pid, out) = bench_with_pid(
         &[
             "memif",
             "--peer",
@@ -172,6 +184,11 @@ fn poll_bench_memif_against_dpdk_table_and_svg() {
     assert!(table.lines().any(|l| l.contains("dpdk<-dpdk")), "{table}");
     assert!(table.contains("swing: p80/p20"), "{table}");
     check_svg(&svg.0, "memif", &["dpdk<-dpdk", "memnic<-memnic"], 1);
+    // DPDK's runtime directories (named by the bench's --file-prefix) are gone with it.
+    for side in ["server", "client"] {
+        let dir = format!("/var/run/dpdk/memnic-bench-{pid}-{side}");
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+    }
 }
 
 #[test]
