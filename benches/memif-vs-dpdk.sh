@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (`memnic bench` runs this comparison too, with a table, --json and --svg; see the README.)
 # memif txonly -> rxonly, side by side on this machine: DPDK<->DPDK, memnic<->memnic, memnic
 # with DPDK in both roles (all copy mode), and DPDK<->DPDK and memnic<->memnic with a zero-copy
 # client. The server receives (started first), the client sends; one CPU each (server on CPU 0,

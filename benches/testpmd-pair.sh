@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (`memnic bench` runs this comparison too, with a table, --json and --svg; see the README.)
 # txonly -> rxonly over one MEMNIC region, two `memnic testpmd` processes, one CPU each:
 # Mpps per frame size, the median of the receiver's 1-s Rx-pps samples (first two and last one
 # dropped as warm-up and shut-down), with min-max. Both directions: host->guest, guest->host.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (`memnic bench` runs this comparison too, with a table, --json and --svg; see the README.)
 # vhost-user backends side by side: DPDK's net_vhost and ours, with the same frontend (DPDK
 # 22.11's virtio-user) in every run. Both directions: dequeue (virtio-user txonly -> backend
 # rxonly: the guest's tx ring) and enqueue (backend txonly -> virtio-user rxonly: the guest's

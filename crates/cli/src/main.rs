@@ -23,6 +23,8 @@ enum Cmd {
     Tester(tester::Args),
     /// testpmd-style forwarding and traffic generation on pinned lcores
     Testpmd(Box<testpmd::Args>),
+    /// Side-by-side benchmarks (ours and DPDK's): alternating runs, a table, --json, --svg
+    Bench(memnic_bench::Args),
 }
 
 fn main() {
@@ -37,6 +39,9 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Tester(a) => tester::main(a),
         Cmd::Testpmd(a) => testpmd::main(*a),
+        Cmd::Bench(a) => std::env::current_exe()
+            .map_err(|e| format!("bench: cannot find this program's own path: {e}"))
+            .and_then(|exe| memnic_bench::main(a, exe)),
     };
     if let Err(msg) = res {
         eprintln!("memnic: {msg}");

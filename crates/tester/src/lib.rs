@@ -36,6 +36,8 @@ pub enum TesterError {
     BadBurst(usize),
     #[error("{0}")]
     Setup(String),
+    #[error("the PMD thread did not run at all during the {0:?} trial: the CPUs are overloaded")]
+    Starved(Duration),
 }
 
 /// What to run.
@@ -185,12 +187,7 @@ pub fn run(
         }
     }
     let cpus = pick_cpus(cfg)?;
-    let jumbo = cfg.sizes.iter().any(|&s| s > MAX_FRAME_LEN);
-    let mut pcfg = PoolConfig::new("tester", 8192);
-    if jumbo {
-        pcfg.buf_size = JUMBO + DEFAULT_HEADROOM;
-    }
-    let pool = Mempool::new(&pcfg).map_err(|e| TesterError::Setup(e.to_string()))?;
+    let pool = pool_for(&cfg.sizes)?;
     let mut samples: Vec<Vec<Vec<Sample>>> =
         vec![vec![Vec::new(); cfg.variants.len()]; cfg.sizes.len()];
     for _ in 0..cfg.trials {
@@ -209,6 +206,15 @@ pub fn run(
         }
     }
     Ok(rows)
+}
+
+/// The buffers [`run_once`] needs for frames of `sizes`.
+pub fn pool_for(sizes: &[u32]) -> Result<Mempool, TesterError> {
+    let mut pcfg = PoolConfig::new("tester", 8192);
+    if sizes.iter().any(|&s| s > MAX_FRAME_LEN) {
+        pcfg.buf_size = JUMBO + DEFAULT_HEADROOM;
+    }
+    Mempool::new(&pcfg).map_err(|e| TesterError::Setup(e.to_string()))
 }
 
 /// The host emulator: serves resets, turns `up` slots FREE → FILLED (len = `size`) and `down`
@@ -332,19 +338,26 @@ pub fn run_once(
             .join()
             .map_err(|_| TesterError::Setup("the PMD thread panicked".into()))?
             .map_err(|e| TesterError::Setup(e.to_string()))?;
-        let (t0, rx0, tx0) = marks[0];
-        let (t1, rx1, tx1) = marks[1];
-        let secs = (t1 - t0).as_secs_f64();
-        Ok(Sample {
-            rx_mpps: (rx1 - rx0) as f64 / secs / 1e6,
-            tx_mpps: (tx1 - tx0) as f64 / secs / 1e6,
-        })
+        sample_of(&marks, cfg.duration)
     })();
     stop.store(true, Relaxed);
     host.join()
         .map_err(|_| TesterError::Setup("the host emulator panicked".into()))?
         .map_err(|e| TesterError::Setup(e.to_string()))?;
     result
+}
+
+/// The rates between the PMD thread's marks at the trial's start and end: (time, rx packets,
+/// tx packets). A thread that was not scheduled for the whole trial saw only its end.
+fn sample_of(marks: &[(Instant, u64, u64)], duration: Duration) -> Result<Sample, TesterError> {
+    let [(t0, rx0, tx0), (t1, rx1, tx1)] = marks[..] else {
+        return Err(TesterError::Starved(duration));
+    };
+    let secs = (t1 - t0).as_secs_f64();
+    Ok(Sample {
+        rx_mpps: (rx1 - rx0) as f64 / secs / 1e6,
+        tx_mpps: (tx1 - tx0) as f64 / secs / 1e6,
+    })
 }
 
 #[cfg(test)]
@@ -356,6 +369,22 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median(&mut []), 0.0);
+    }
+
+    #[test]
+    fn a_trial_the_pmd_thread_slept_through_is_starved() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(500);
+        let s = sample_of(&[(t0, 0, 10), (t1, 1_000_000, 2_000_010)], Duration::ZERO).unwrap();
+        assert!(
+            (s.rx_mpps - 2.0).abs() < 1e-9 && (s.tx_mpps - 4.0).abs() < 1e-9,
+            "{s:?}"
+        );
+        // It saw the phase go from warm-up straight to stop: one mark, no rate.
+        assert!(matches!(
+            sample_of(&[(t1, 5, 5)], Duration::from_secs(2)),
+            Err(TesterError::Starved(_))
+        ));
     }
 
     #[test]

@@ -1,0 +1,428 @@
+//! The results: rows (one per case, size and variant), the table on stdout, the JSON, the swing
+//! line and the chart.
+
+use std::fmt::Write;
+
+use crate::plan::Plan;
+use crate::stats::{self, Summary, Swing};
+use crate::svg;
+
+/// The window rates (Mpps) of every cell: `[case][size][variant]`.
+pub struct Results {
+    pub windows: Vec<Vec<Vec<Vec<f64>>>>,
+}
+
+impl Results {
+    pub fn new(plan: &Plan) -> Results {
+        Results {
+            windows: vec![
+                vec![vec![Vec::new(); plan.variants.len()]; plan.sizes.len()];
+                plan.cases.len()
+            ],
+        }
+    }
+}
+
+/// One variant at one size in one case.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub case: String,
+    pub size: u32,
+    pub variant: String,
+    /// Mpps at the 20th, 50th and 80th percentile of the windows, their min and max (all
+    /// `null` without windows).
+    pub p20: Option<f64>,
+    pub p50: Option<f64>,
+    pub p80: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub windows: usize,
+    /// The variant this row is divided by, and the ratios at each quantile.
+    pub baseline: Option<String>,
+    pub ratio_p20: Option<f64>,
+    pub ratio_p50: Option<f64>,
+    pub ratio_p80: Option<f64>,
+}
+
+impl Row {
+    pub fn summary(&self) -> Option<Summary> {
+        Some(Summary {
+            p20: self.p20?,
+            p50: self.p50?,
+            p80: self.p80?,
+            min: self.min?,
+            max: self.max?,
+            windows: self.windows,
+        })
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (ci, case) in plan.cases.iter().enumerate() {
+        for (si, &size) in plan.sizes.iter().enumerate() {
+            let cell = &res.windows[ci][si];
+            let base = plan.baseline.and_then(|b| Summary::of(&cell[b]));
+            for (vi, v) in plan.variants.iter().enumerate() {
+                let s = Summary::of(&cell[vi]);
+                let has_base = plan.baseline.is_some_and(|b| b != vi);
+                let r = |f: fn(&Summary) -> f64| {
+                    if has_base {
+                        ratio(s.as_ref().map(f), base.as_ref().map(f))
+                    } else {
+                        None
+                    }
+                };
+                rows.push(Row {
+                    case: case.label(),
+                    size,
+                    variant: v.label.clone(),
+                    p20: s.map(|s| s.p20),
+                    p50: s.map(|s| s.p50),
+                    p80: s.map(|s| s.p80),
+                    min: s.map(|s| s.min),
+                    max: s.map(|s| s.max),
+                    windows: cell[vi].len(),
+                    baseline: has_base
+                        .then(|| plan.variants[plan.baseline.unwrap_or(0)].label.clone()),
+                    ratio_p20: r(|s| s.p20),
+                    ratio_p50: r(|s| s.p50),
+                    ratio_p80: r(|s| s.p80),
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// Each variant's swing, over all its cells.
+pub fn swings(plan: &Plan, res: &Results) -> Vec<(String, Swing)> {
+    plan.variants
+        .iter()
+        .enumerate()
+        .map(|(vi, v)| {
+            let cells = res
+                .windows
+                .iter()
+                .flat_map(|sizes| sizes.iter().map(move |vars| vars[vi].as_slice()));
+            (v.label.clone(), stats::swing(cells))
+        })
+        .collect()
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map_or("   -".into(), |r| format!("{r:4.2}"))
+}
+
+/// The table: a heading, one line per row, the swing lines.
+pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "memnic bench {}: {}", plan.bench, plan.title);
+    let _ = writeln!(s, "{}", plan.method);
+    let _ = writeln!(
+        s,
+        "{} round(s) x {} s per run, runs alternating; Mpps of {}",
+        plan.rounds, plan.seconds, plan.windows
+    );
+    let _ = writeln!(
+        s,
+        "p20 ~ the machine's slow state, p80 ~ its fast state; n: windows{}",
+        match plan.baseline {
+            Some(b) => format!(
+                "; ratio: over {} at the same quantile",
+                plan.variants[b].label
+            ),
+            None => String::new(),
+        }
+    );
+    let case_w = rows.iter().map(|r| r.case.len()).max().unwrap_or(0);
+    let var_w = rows
+        .iter()
+        .map(|r| r.variant.len())
+        .chain([plan.variant_heading.len()])
+        .max()
+        .unwrap_or(0);
+    let case_col = |c: &str| {
+        if case_w > 0 {
+            format!("{c:<case_w$}  ")
+        } else {
+            String::new()
+        }
+    };
+    let ratio_head = if plan.baseline.is_some() {
+        "  ratio p20  p50  p80"
+    } else {
+        ""
+    };
+    let head = format!(
+        "{}{:>5}  {:<var_w$}  {:>6} {:>6} {:>6}  {:>13} {:>4}{ratio_head}",
+        case_col("case"),
+        "size",
+        plan.variant_heading,
+        "p20",
+        "p50",
+        "p80",
+        "min-max",
+        "n"
+    );
+    let _ = writeln!(s, "{head}");
+    let _ = writeln!(s, "{}", "-".repeat(head.len()));
+    for r in rows {
+        let fig = |v: Option<f64>| v.map_or("     -".into(), |v| format!("{v:6.2}"));
+        let range = match (r.min, r.max) {
+            (Some(a), Some(b)) => format!("{a:.2}-{b:.2}"),
+            _ => "-".into(),
+        };
+        let ratios = if plan.baseline.is_some() {
+            if r.baseline.is_some() {
+                format!(
+                    "       {} {} {}",
+                    fmt_ratio(r.ratio_p20),
+                    fmt_ratio(r.ratio_p50),
+                    fmt_ratio(r.ratio_p80)
+                )
+            } else {
+                String::new()
+            }
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "{}{:>5}  {:<var_w$}  {} {} {}  {:>13} {:>4}{ratios}",
+            case_col(&r.case),
+            r.size,
+            r.variant,
+            fig(r.p20),
+            fig(r.p50),
+            fig(r.p80),
+            range,
+            r.windows
+        );
+    }
+    s.push_str(&swing_lines(swings));
+    s
+}
+
+/// What the bench saw of the machine's swing, and the warning when it swung.
+pub fn swing_lines(swings: &[(String, Swing)]) -> String {
+    let parts: Vec<String> = swings
+        .iter()
+        .map(|(v, sw)| match sw.p80_over_p20 {
+            Some(r) if r.is_finite() => format!("{v} {r:.2}x (n={})", sw.windows),
+            Some(_) => format!(
+                "{v} unbounded: slow windows counted nothing (n={})",
+                sw.windows
+            ),
+            None => format!("{v} too few windows to tell (n={})", sw.windows),
+        })
+        .collect();
+    let mut s = format!(
+        "swing: p80/p20 of each variant's windows (each over its cell's median): {}\n",
+        parts.join(", ")
+    );
+    let plain: Vec<Swing> = swings.iter().map(|(_, s)| *s).collect();
+    if stats::swung(&plain) {
+        let worst = plain
+            .iter()
+            .filter_map(|s| s.p80_over_p20)
+            .fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "warning: this machine swung between two states (fast/slow up to {}): medians mix them; compare p80 with p80 (fast state) and p20 with p20 (slow state)",
+            if worst.is_finite() {
+                format!("{worst:.2}x")
+            } else {
+                "a full stop".into()
+            }
+        );
+    } else if plain.iter().all(|s| s.p80_over_p20.is_some()) {
+        let _ = writeln!(
+            s,
+            "no two-state swing seen (p80/p20 at most {}x)",
+            stats::SWING_WARN
+        );
+    }
+    s
+}
+
+/// The JSON document: the rows, the swing, and what was run.
+pub fn json(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) -> String {
+    #[derive(serde::Serialize)]
+    struct SwingRow<'a> {
+        variant: &'a str,
+        p80_over_p20: Option<f64>,
+        windows: usize,
+    }
+    let doc = serde_json::json!({
+        "bench": plan.bench,
+        "title": plan.title,
+        "method": plan.method,
+        "window": plan.windows,
+        "date": date,
+        "rounds": plan.rounds,
+        "seconds": plan.seconds,
+        "cpus": [plan.cpus.0, plan.cpus.1],
+        "unit": "Mpps",
+        "rows": rows,
+        "swing": swings.iter().map(|(v, s)| SwingRow {
+            variant: v,
+            // JSON has no infinity: a slow state that counted nothing reads as a huge number.
+            p80_over_p20: s.p80_over_p20.map(|r| r.min(f64::MAX)),
+            windows: s.windows,
+        }).collect::<Vec<_>>(),
+        "swung": stats::swung(&swings.iter().map(|(_, s)| *s).collect::<Vec<_>>()),
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// The chart: one series per case and variant.
+pub fn chart(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) -> svg::Chart {
+    let mut series = Vec::new();
+    for (ci, case) in plan.cases.iter().enumerate() {
+        for (vi, v) in plan.variants.iter().enumerate() {
+            let label = if plan.cases.len() > 1 {
+                format!("{} {}", v.label, case.label())
+            } else {
+                v.label.clone()
+            };
+            let points = rows
+                .iter()
+                .filter(|r| r.case == case.label() && r.variant == v.label)
+                .filter_map(|r| {
+                    Some(svg::Point {
+                        size: r.size,
+                        summary: r.summary()?,
+                    })
+                })
+                .collect();
+            series.push(svg::Series {
+                label,
+                color: vi,
+                dash: ci,
+                points,
+            });
+        }
+    }
+    svg::Chart {
+        title: format!("memnic bench {}: {} ({date})", plan.bench, plan.title),
+        subtitle: format!(
+            "Mpps of {}; line: median (p50), band: p20–p80, bars: min–max; {} round(s) x {} s per run, alternating; {}",
+            plan.windows, plan.rounds, plan.seconds, plan.method
+        ),
+        notes: swing_lines(swings)
+            .lines()
+            .map(|l| svg::Note {
+                text: l.to_string(),
+                warning: l.starts_with("warning:"),
+            })
+            .collect(),
+        sizes: plan.sizes.clone(),
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Case, Impl, Run, VariantSpec};
+
+    fn plan() -> Plan {
+        Plan {
+            bench: "memif",
+            title: "t".into(),
+            method: "m".into(),
+            windows: "w",
+            variant_heading: "pair",
+            cases: vec![Case::Only],
+            sizes: vec![64, 1518],
+            variants: vec![
+                VariantSpec {
+                    label: "dpdk<-dpdk".into(),
+                    run: Run::Memif {
+                        server: Impl::Dpdk,
+                        client: Impl::Dpdk,
+                    },
+                },
+                VariantSpec {
+                    label: "memnic<-memnic".into(),
+                    run: Run::Memif {
+                        server: Impl::Memnic,
+                        client: Impl::Memnic,
+                    },
+                },
+            ],
+            baseline: Some(0),
+            rounds: 1,
+            seconds: 4,
+            cpus: (0, 1),
+            json: false,
+            svg: None,
+            quiet: true,
+        }
+    }
+
+    #[test]
+    fn rows_carry_quantiles_and_ratios() {
+        let p = plan();
+        let mut res = Results::new(&p);
+        res.windows[0][0][0] = vec![10.0, 20.0, 10.0, 20.0, 10.0, 20.0];
+        res.windows[0][0][1] = vec![12.0, 30.0, 12.0, 30.0, 12.0, 30.0];
+        res.windows[0][1][0] = vec![5.0];
+        let rows = rows(&p, &res);
+        assert_eq!(rows.len(), 4);
+        let (d, m) = (&rows[0], &rows[1]);
+        assert_eq!((d.size, d.variant.as_str()), (64, "dpdk<-dpdk"));
+        assert_eq!((d.p20, d.p80, d.windows), (Some(10.0), Some(20.0), 6));
+        assert_eq!(d.baseline, None);
+        assert_eq!(d.ratio_p80, None);
+        assert_eq!(m.baseline.as_deref(), Some("dpdk<-dpdk"));
+        assert_eq!(m.ratio_p20, Some(1.2));
+        assert_eq!(m.ratio_p80, Some(1.5));
+        // 1518 B: ours has no windows, so no figures and no ratio.
+        assert_eq!(
+            (rows[3].p50, rows[3].ratio_p50, rows[3].windows),
+            (None, None, 0)
+        );
+        let sw = swings(&p, &res);
+        // The 1518-B cell of one window says nothing of a swing: only the 64-B windows count.
+        assert_eq!(sw[0].1.windows, 6);
+        let t = table(&p, &rows, &sw);
+        assert!(
+            t.contains("warning: this machine swung between two states"),
+            "{t}"
+        );
+        let line = t
+            .lines()
+            .find(|l| l.contains("memnic<-memnic") && l.contains("  64  "))
+            .unwrap();
+        assert!(line.contains("12.00  21.00  30.00"), "{line}");
+        assert!(line.contains("1.20 1.40 1.50"), "{line}");
+    }
+
+    #[test]
+    fn json_rows_and_swing() {
+        let p = plan();
+        let mut res = Results::new(&p);
+        res.windows[0][0][0] = vec![10.0; 6];
+        res.windows[0][0][1] = vec![11.0; 6];
+        let rows = rows(&p, &res);
+        let sw = swings(&p, &res);
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&p, &rows, &sw, "2026-12-01")).unwrap();
+        assert_eq!(v["rows"].as_array().unwrap().len(), 4);
+        assert_eq!(v["rows"][1]["p50"], 11.0);
+        assert_eq!(v["rows"][1]["ratio_p50"], 1.1);
+        assert_eq!(v["rows"][2]["p50"], serde_json::Value::Null);
+        assert_eq!(v["swing"][0]["p80_over_p20"], 1.0);
+        assert_eq!(v["swung"], false);
+        assert!(table(&p, &rows, &sw).contains("no two-state swing seen"));
+    }
+}

@@ -1,0 +1,261 @@
+//! `memnic bench` end to end: short runs (no speed asserted) whose JSON rows and SVG chart are
+//! checked for sense, and the refusals (bad flags, no DPDK) as one sentence with exit code 2.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::dpdk::have_dpdk;
+use common::{bin, memnic, Proc, Stdin};
+
+/// A file under /tmp removed on drop.
+struct TmpFile(String);
+
+impl TmpFile {
+    fn new(tag: &str) -> TmpFile {
+        let p = format!("/tmp/memnic-bench-test-{tag}-{}.svg", std::process::id());
+        let _ = std::fs::remove_file(&p);
+        TmpFile(p)
+    }
+}
+
+impl Drop for TmpFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "memnic bench failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// Runs `memnic bench ARGS` to completion (`limit` at most).
+fn bench(args: &[&str], limit: Duration) -> Output {
+    bench_with_pid(args, limit).1
+}
+
+/// The same, with the bench's process id.
+fn bench_with_pid(args: &[&str], limit: Duration) -> (u32, Output) {
+    let mut cmd = Command::new(bin());
+    cmd.arg("bench").args(args);
+    let p = Proc::spawn(cmd, Stdin::Null);
+    let pid = p.pid();
+    (pid, p.wait(limit))
+}
+
+/// Checks the rows of a JSON report: one per variant at each size, each with windows and
+/// quantiles in order; returns them.
+fn check_rows(
+    json: &serde_json::Value,
+    variants: &[&str],
+    sizes: &[u64],
+) -> Vec<serde_json::Value> {
+    let rows = json["rows"].as_array().expect("rows").clone();
+    assert_eq!(rows.len(), variants.len() * sizes.len(), "{json}");
+    for r in &rows {
+        assert!(variants.contains(&r["variant"].as_str().unwrap()), "{r}");
+        assert!(sizes.contains(&r["size"].as_u64().unwrap()), "{r}");
+        assert!(
+            r["windows"].as_u64().unwrap() >= 1,
+            "every run gives a window: {r}"
+        );
+        let q = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        // (A window may be empty: on a loaded machine a side can miss its CPU for seconds.)
+        assert!(q("min") >= 0.0, "{r}");
+        assert!(
+            q("min") <= q("p20")
+                && q("p20") <= q("p50")
+                && q("p50") <= q("p80")
+                && q("p80") <= q("max"),
+            "{r}"
+        );
+    }
+    assert!(
+        rows.iter().any(|r| r["max"].as_f64().unwrap() > 0.0),
+        "packets moved: {json}"
+    );
+    assert_eq!(
+        json["swing"].as_array().unwrap().len(),
+        variants.len(),
+        "{json}"
+    );
+    rows
+}
+
+/// Checks the chart: well-formed SVG with one series (and one point per size) per variant, the
+/// title naming the bench.
+fn check_svg(path: &str, bench: &str, variants: &[&str], sizes: usize) {
+    let text = std::fs::read_to_string(path).expect("the SVG was written");
+    let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let of_class = |c: &str| {
+        doc.descendants()
+            .filter(move |n| n.attribute("class") == Some(c))
+            .collect::<Vec<_>>()
+    };
+    let title = of_class("title")[0].text().unwrap_or_default().to_string();
+    assert!(title.contains(&format!("memnic bench {bench}")), "{title}");
+    let series: Vec<&str> = of_class("series")
+        .iter()
+        .filter_map(|n| n.attribute("data-label"))
+        .collect();
+    assert_eq!(series, variants);
+    assert_eq!(of_class("point").len(), variants.len() * sizes);
+}
+
+#[test]
+fn poll_bench_memnic_json_and_svg() {
+    let svg = TmpFile::new("memnic");
+    let out = bench(
+        &[
+            "memnic",
+            "--sizes",
+            "64",
+            "--rounds",
+            "1",
+            "--seconds",
+            "3",
+            "--json",
+            "--svg",
+            &svg.0,
+        ],
+        Duration::from_secs(120),
+    );
+    succeeded(&out);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    assert_eq!(json["bench"], "memnic");
+    let variants = ["host->guest", "guest->host"];
+    let rows = check_rows(&json, &variants, &[64]);
+    assert!(rows.iter().all(|r| r["baseline"].is_null()), "{json}");
+    check_svg(&svg.0, "memnic", &variants, 1);
+}
+
+#[test]
+fn poll_bench_memif_against_dpdk_table_and_svg() {
+    if !have_dpdk() {
+        return;
+    }
+    let svg = TmpFile::new("memif");
+    let (pid, out) = bench_with_pid(
+        &[
+            "memif",
+            "--peer",
+            "dpdk",
+            "--sizes",
+            "64",
+            "--rounds",
+            "1",
+            "--seconds",
+            "3",
+            "--svg",
+            &svg.0,
+        ],
+        Duration::from_secs(180),
+    );
+    succeeded(&out);
+    let table = stdout(&out);
+    // A row per pair, ours with its ratio to DPDK's, and the swing line.
+    let ours = table
+        .lines()
+        .find(|l| l.contains("memnic<-memnic"))
+        .unwrap_or_else(|| panic!("no row of ours:\n{table}"));
+    let ratios = ours.split_whitespace().rev().take(3).collect::<Vec<_>>();
+    assert!(
+        ratios
+            .iter()
+            .all(|r| r.parse::<f64>().is_ok_and(|r| r > 0.0)),
+        "ratios to DPDK at p20/p50/p80: {ours}"
+    );
+    assert!(table.lines().any(|l| l.contains("dpdk<-dpdk")), "{table}");
+    assert!(table.contains("swing: p80/p20"), "{table}");
+    check_svg(&svg.0, "memif", &["dpdk<-dpdk", "memnic<-memnic"], 1);
+    // DPDK's runtime directories (named by the bench's --file-prefix) are gone with it.
+    for side in ["server", "client"] {
+        let dir = format!("/var/run/dpdk/memnic-bench-{pid}-{side}");
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+    }
+}
+
+#[test]
+fn poll_bench_tester_in_process() {
+    let out = bench(
+        &[
+            "tester",
+            "--variants",
+            "memnic",
+            "--sizes",
+            "64",
+            "--rounds",
+            "1",
+            "--seconds",
+            "3",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    succeeded(&out);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    check_rows(&json, &["memnic"], &[64]);
+}
+
+#[test]
+fn bad_flags_are_one_sentence_and_exit_2() {
+    for args in [
+        &["memnic", "--seconds", "1"][..],
+        &["memnic", "--sizes", "20"],
+        &["memif", "--peer", "vpp"],
+        &["memnic", "--cpus", "0,0"],
+        &["vhost", "--rings", "round"],
+    ] {
+        let mut full = vec!["bench"];
+        full.extend_from_slice(args);
+        let out = memnic(&full);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("memnic: ") || first.starts_with("error: "),
+            "{args:?}: {err}"
+        );
+        assert!(stdout(&out).is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn without_dpdk_the_refusal_names_the_packages() {
+    let empty = std::env::temp_dir().join(format!("memnic-bench-nopath-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    for (bench, packages) in [
+        ("memif", "apt-get install dpdk-dev librte-net-memif23"),
+        (
+            "vhost",
+            "apt-get install dpdk-dev librte-net-vhost23 librte-net-virtio23",
+        ),
+    ] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["bench", bench, "--rounds", "1"])
+            .env("PATH", &empty);
+        let out = Proc::spawn(cmd, Stdin::Null).wait(Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("dpdk-testpmd is not installed"), "{err}");
+        assert!(err.contains(packages), "{err}");
+    }
+    let _ = std::fs::remove_dir(&empty);
+}
