@@ -60,7 +60,9 @@ run() {
     # "  Capture:  RX captured N missed N" in the final stats (none without capture).
     captured=$( (grep -a 'Capture:' "$DIR/rx.log" || true) | tail -1 | awk '{print $4}')
     missed=$( (grep -a 'Capture:' "$DIR/rx.log" || true) | tail -1 | awk '{print $6}')
-    grep -a 'Rx-pps:' "$DIR/rx.log" | awk '$2>0{print $2}' | head -n -1 | tail -n +3 | sort -n |
+    grep -a 'Rx-pps:' "$DIR/rx.log" | awk '$2>0{print $2}' | head -n -1 | tail -n +3 >"$DIR/run.samples"
+    cat "$DIR/run.samples" >>"$DIR/samples.$variant"
+    sort -n "$DIR/run.samples" |
         awk -v c="${captured:--}" -v m="${missed:--}" '{a[NR]=$1} END{
              if (NR==0) {printf "0 0 0 0 %s %s\n", c, m; exit}
              med = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2;
@@ -71,12 +73,36 @@ declare -A MED
 echo "memnic testpmd txonly -> rxonly over memif, ${SIZE}-byte frames, ${T} s per run, ${ROUNDS} rounds"
 printf '%5s | %-8s | %-27s | %8s | %12s | %12s\n' round variant "Rx Mpps (min-max)" "vs off" captured missed
 printf -- '------+----------+-----------------------------+----------+--------------+-------------\n'
+flip=0
 for r in $(seq 1 "$ROUNDS"); do
-    for v in $VARIANTS; do
+    # Each round starts with the next variant in turn (off blocked devnull, blocked devnull off, ...).
+    set -- $VARIANTS
+    order=
+    for k in 0 1 2; do i=$(( (flip + k) % 3 + 1 )); order="$order ${!i}"; done
+    flip=$(( (flip + 1) % 3 ))
+    for v in $order; do
         read -r med min max n captured missed < <(run "$v")
         MED[$r.$v]=$med
-        ratio=$(awk -v a="$med" -v b="${MED[$r.off]}" 'BEGIN{ if (b>0) printf "%.3f", a/b; else print "-" }')
+        ratio=$(awk -v a="$med" -v b="${MED[$r.off]:-0}" 'BEGIN{ if (b>0) printf "%.3f", a/b; else print "-" }')
         printf '%5s | %-8s | %6.2f (%5.2f-%5.2f) n=%-2s | %8s | %12s | %12s\n' \
             "$r" "$v" "$med" "$min" "$max" "$n" "$ratio" "$captured" "$missed"
     done
+done
+
+# The machine swings between a fast and a slow state: compare the same quantile of all windows.
+# pct FILE -> "p20 p50 p80 n" (Mpps)
+pct() {
+    sort -g "$1" | awk '{a[NR]=$1} END{ if (NR==0) {print "0 0 0 0"; exit}
+        i20=int(0.2*(NR-1)+0.5)+1; i50=int(0.5*(NR-1)+0.5)+1; i80=int(0.8*(NR-1)+0.5)+1;
+        printf "%.3f %.3f %.3f %d\n", a[i20]/1e6, a[i50]/1e6, a[i80]/1e6, NR }'
+}
+echo
+echo "all 1-s windows of each variant: Mpps p20 / p50 / p80 (p80: fast state, p20: slow), and over off"
+read -r o20 o50 o80 _ < <(touch "$DIR/samples.off"; pct "$DIR/samples.off")
+for v in $VARIANTS; do
+    touch "$DIR/samples.$v"
+    read -r a b c n < <(pct "$DIR/samples.$v")
+    awk -v v="$v" -v a="$a" -v b="$b" -v c="$c" -v n="$n" -v x="$o20" -v y="$o50" -v z="$o80" 'BEGIN{
+        printf "%-8s %6.2f %6.2f %6.2f n=%-3d | %s %s %s\n", v, a, b, c, n,
+        (x>0)? sprintf("%.3f", a/x) : "-", (y>0)? sprintf("%.3f", b/y) : "-", (z>0)? sprintf("%.3f", c/z) : "-" }'
 done

@@ -3,7 +3,10 @@
 # vhost-user backends side by side: DPDK's net_vhost and ours, with the same frontend (DPDK
 # 22.11's virtio-user) in every run. Both directions: dequeue (virtio-user txonly -> backend
 # rxonly: the guest's tx ring) and enqueue (backend txonly -> virtio-user rxonly: the guest's
-# rx ring, where DPDK is slowest), split and packed rings, each size. The backend runs on
+# rx ring, where DPDK is slowest), split and packed rings, each size; and with --dirs io, VM to
+# VM: two backend ports in io mode forwarding to each other, in front of them one virtio-user
+# testpmd with two ports in flowgen (each port sends, and drains what it receives), counted by
+# both ports' RX-packets (frames the backend forwarded: one dequeue and one enqueue each). The backend runs on
 # CPU 1, virtio-user on CPU 0, one lcore each.
 #
 # Every figure comes from the frontend's counters (its TX-packets for dequeue: the ring holds
@@ -15,10 +18,10 @@
 # (p80 is the fast state, p20 the slow one) and ours/DPDK at each.
 #
 #   benches/vhost-vs-dpdk.sh [--seconds N] [--rounds N] [--sizes "64 512 1518"]
-#                            [--rings "split packed"] [--dirs "deq enq"] [--json]
+#                            [--rings "split packed"] [--dirs "deq enq io"] [--json]
 #                            [--ours BIN] [--baseline BIN] [--zero-copy]
 # --zero-copy: a third backend in the rotation, ours with dequeue-zero-copy=1 (dequeue only:
-# use it with --dirs deq), and the table's last columns are zero copy / copy and / DPDK;
+# use it with --dirs deq or io), and the table's last columns are zero copy / copy and / DPDK;
 # --zc-min-len N: its dequeue-zero-copy-min-len (default 0: every frame uncopied, to find the
 # break-even).
 # --ours: our memnic binary (default: a fresh release build); --baseline: another memnic
@@ -48,7 +51,7 @@ while [ $# -gt 0 ]; do
         --baseline) BASE=$(realpath "$2"); shift 2 ;;
         --zero-copy) IMPLS="dpdk memnic memnic-zc"; shift ;;
         --zc-min-len) ZC_MIN=$2; shift 2 ;;
-        *) echo "vhost-vs-dpdk.sh: unknown option '$1' (use --seconds N, --rounds N, --sizes \"64 1518\", --rings \"split packed\", --dirs \"deq enq\", --json)" >&2; exit 2 ;;
+        *) echo "vhost-vs-dpdk.sh: unknown option '$1' (use --seconds N, --rounds N, --sizes \"64 1518\", --rings \"split packed\", --dirs \"deq enq io\", --json)" >&2; exit 2 ;;
     esac
 done
 command -v dpdk-testpmd >/dev/null || { echo "vhost-vs-dpdk.sh: dpdk-testpmd is not installed (apt-get install dpdk-dev librte-net-vhost23 librte-net-virtio23)" >&2; exit 2; }
@@ -63,44 +66,58 @@ trap 'pkill -INT -P $$ 2>/dev/null || true; rm -rf "$DIR"' EXIT
 EAL="--no-huge -m 1024 --no-pci"
 APP="--nb-cores=1 --total-num-mbufs=32768 -a --stats-period 1"
 
-backend() { # impl mode size
+backend() { # impl mode size (mode io: two ports, $SOCK and ${SOCK}1, forwarding to each other)
+    local ours dpdk=(--vdev=net_vhost0,iface=$SOCK,queues=1) zc=
+    [ "$1" = memnic-zc ] && zc=",dequeue-zero-copy=1,dequeue-zero-copy-min-len=$ZC_MIN"
+    ours=(--vdev "vhost0,iface=$SOCK$zc")
+    if [ "$2" = io ]; then
+        ours+=(--vdev "vhost1,iface=${SOCK}1$zc")
+        dpdk+=(--vdev=net_vhost1,iface=${SOCK}1,queues=1)
+    fi
     if [ "$1" = dpdk ] && [ -n "$BASE" ]; then
-        timeout -s INT $((T + 6)) "$BASE" testpmd -l 1 --vdev "vhost0,iface=$SOCK" \
+        timeout -s INT $((T + 6)) "$BASE" testpmd -l 1 "${ours[@]}" \
             --forward-mode="$2" --txpkts="$3" --duration $((T + 4)) >"$DIR/b.log" 2>&1
     elif [ "$1" = dpdk ]; then
         timeout -s INT $((T + 6)) dpdk-testpmd $EAL --lcores=0@1,1@1 --file-prefix b$$ \
-            --vdev=net_vhost0,iface=$SOCK,queues=1 -- $APP --forward-mode="$2" --txpkts="$3" \
+            "${dpdk[@]}" -- $APP --forward-mode="$2" --txpkts="$3" \
             >"$DIR/b.log" 2>&1
     else
-        local zc=
-        [ "$1" = memnic-zc ] && zc=",dequeue-zero-copy=1,dequeue-zero-copy-min-len=$ZC_MIN"
-        timeout -s INT $((T + 6)) "$OURS" testpmd -l 1 --vdev "vhost0,iface=$SOCK$zc" \
+        timeout -s INT $((T + 6)) "$OURS" testpmd -l 1 "${ours[@]}" \
             --forward-mode="$2" --txpkts="$3" --duration $((T + 4)) >"$DIR/b.log" 2>&1
     fi
 }
 # frontend ring mode size: virtio-user for T seconds; prints "seconds count" for each
-# statistics line of its port (count: TX-packets for txonly, RX-packets for rxonly)
+# statistics line of its port (count: TX-packets for txonly, RX-packets for rxonly); flowgen
+# (the io direction): two ports, each sending and draining, count: both ports' RX-packets
 frontend() {
-    local packed=0 key=RX-packets
+    local packed=0 key=RX-packets ports=1
     [ "$1" = packed ] && packed=1
     [ "$2" = txonly ] && key=TX-packets
+    local vdevs=(--vdev=net_virtio_user0,path=$SOCK,queues=1,packed_vq=$packed)
+    if [ "$2" = flowgen ]; then
+        vdevs+=(--vdev=net_virtio_user1,path=${SOCK}1,queues=1,packed_vq=$packed)
+        ports=2
+    fi
     timeout -s INT "$T" dpdk-testpmd $EAL --single-file-segments --lcores=0@0,1@0 \
-        --file-prefix f$$ --vdev=net_virtio_user0,path=$SOCK,queues=1,packed_vq=$packed \
+        --file-prefix f$$ "${vdevs[@]}" \
         -- $APP --no-flush-rx --forward-mode="$2" --txpkts="$3" 2>&1 |
         while IFS= read -r line; do
             case $line in
                 *"$key:"*) set -- $line; echo "$(date +%s.%N) $2" ;;
             esac
-        done
+        done |
+        # One statistics period prints a line per port: their sum, stamped at the last.
+        awk -v n=$ports '{ sum += $2 } NR % n == 0 { print $1, sum; sum = 0; fflush() }'
 }
 # one IMPL RING DIR SIZE: appends window rates (pps) to $DIR/samples.IMPL.RING.DIR.SIZE
 one() {
     local bmode=rxonly fmode=txonly
     [ "$3" = enq ] && bmode=txonly fmode=rxonly
-    rm -f "$SOCK"
+    [ "$3" = io ] && bmode=io fmode=flowgen
+    rm -f "$SOCK" "${SOCK}1"
     backend "$1" "$bmode" "$4" &
     local bp=$!
-    for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
+    for _ in $(seq 100); do [ -S "$SOCK" ] && { [ "$3" != io ] || [ -S "${SOCK}1" ]; } && break; sleep 0.1; done
     frontend "$2" "$fmode" "$4" >"$DIR/f.stamps" || true
     kill -INT $bp 2>/dev/null || true
     wait $bp 2>/dev/null || true
@@ -151,7 +168,7 @@ if [ $JSON = 1 ]; then
     exit 0
 fi
 echo "vhost-user backend (CPU 1) <-> DPDK virtio-user (CPU 0), $T s per run, $ROUNDS rounds, runs alternating"
-echo "deq: virtio-user txonly -> backend rxonly; enq: backend txonly -> virtio-user rxonly"
+echo "deq: virtio-user txonly -> backend rxonly; enq: backend txonly -> virtio-user rxonly; io: virtio-user flowgen <-> backend io, two ports"
 echo "Mpps at the 20th / 50th / 80th percentile of the frontend's stamped ~2-s windows (p80: fast state, p20: slow)"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ printf "%.2f", (b>0)? a/b : 0 }'; }
 if [ "$IMPLS" != "dpdk memnic" ]; then
