@@ -5,8 +5,9 @@
 # rxonly: the guest's tx ring) and enqueue (backend txonly -> virtio-user rxonly: the guest's
 # rx ring, where DPDK is slowest), split and packed rings, each size; and with --dirs io, VM to
 # VM: two backend ports in io mode forwarding to each other, in front of them one virtio-user
-# testpmd with two ports in flowgen (each port sends, and drains what it receives), counted by
-# both ports' RX-packets (frames the backend forwarded: one dequeue and one enqueue each). The backend runs on
+# testpmd with two ports in io mode forwarding back (a loop of 256 frames started with
+# tx_first), counted by both ports' RX-packets (frames the backend forwarded: a dequeue and an
+# enqueue each; the frontend only moves mbuf pointers). The backend runs on
 # CPU 1, virtio-user on CPU 0, one lcore each.
 #
 # Every figure comes from the frontend's counters (its TX-packets for dequeue: the ring holds
@@ -24,6 +25,7 @@
 # use it with --dirs deq or io), and the table's last columns are zero copy / copy and / DPDK;
 # --zc-min-len N: its dequeue-zero-copy-min-len (default 0: every frame uncopied, to find the
 # break-even).
+# VU_OPTS (environment): more virtio-user devargs for every run, e.g. VU_OPTS=,in_order=0.
 # --ours: our memnic binary (default: a fresh release build); --baseline: another memnic
 # binary in DPDK's place (an A/B of two builds; its column is then headed "DPDK" still).
 # Needs dpdk-testpmd with the vhost and virtio PMDs (apt-get install dpdk-dev
@@ -87,33 +89,45 @@ backend() { # impl mode size (mode io: two ports, $SOCK and ${SOCK}1, forwarding
     fi
 }
 # frontend ring mode size: virtio-user for T seconds; prints "seconds count" for each
-# statistics line of its port (count: TX-packets for txonly, RX-packets for rxonly); flowgen
-# (the io direction): two ports, each sending and draining, count: both ports' RX-packets
+# statistics line of its port (count: TX-packets for txonly, RX-packets for rxonly). Mode io
+# (the VM-to-VM loop): two ports in io mode at testpmd's prompt, `start tx_first 4` (4 bursts of
+# 32 per port: 256 frames go round, fewer than the rings hold, so none is dropped), then
+# `show port stats all` every 2 s; count: both ports' RX-packets. (stdbuf: testpmd's answers at
+# the prompt are not flushed line by line into a pipe; its periodic statistics are.)
 frontend() {
     local packed=0 key=RX-packets ports=1
     [ "$1" = packed ] && packed=1
     [ "$2" = txonly ] && key=TX-packets
-    local vdevs=(--vdev=net_virtio_user0,path=$SOCK,queues=1,packed_vq=$packed)
-    if [ "$2" = flowgen ]; then
-        vdevs+=(--vdev=net_virtio_user1,path=${SOCK}1,queues=1,packed_vq=$packed)
+    local vdevs=(--vdev=net_virtio_user0,path=$SOCK,queues=1,packed_vq=$packed$VU_OPTS) app=($APP)
+    if [ "$2" = io ]; then
+        vdevs+=(--vdev=net_virtio_user1,path=${SOCK}1,queues=1,packed_vq=$packed$VU_OPTS)
         ports=2
+        app=(--nb-cores=1 --total-num-mbufs=32768 -i)
     fi
-    timeout -s INT "$T" dpdk-testpmd $EAL --single-file-segments --lcores=0@0,1@0 \
+    {
+        if [ "$2" = io ]; then
+            sleep 3
+            echo "start tx_first 4"
+            while sleep 2; do echo "show port stats all"; done
+        fi
+    } | timeout -s INT "$T" stdbuf -oL dpdk-testpmd $EAL --single-file-segments --lcores=0@0,1@0 \
         --file-prefix f$$ "${vdevs[@]}" \
-        -- $APP --no-flush-rx --forward-mode="$2" --txpkts="$3" 2>&1 |
+        -- "${app[@]}" --no-flush-rx --forward-mode="$2" --txpkts="$3" 2>&1 |
         while IFS= read -r line; do
             case $line in
-                *"$key:"*) set -- $line; echo "$(date +%s.%N) $2" ;;
+                # (The port statistics' lines, which name the bytes; not the totals printed
+                # at exit.)
+                *"$key:"*"-bytes:"*) set -- $line; echo "$(date +%s.%N) $2" ;;
             esac
         done |
-        # One statistics period prints a line per port: their sum, stamped at the last.
+        # One statistics print has a line per port: their sum, stamped at the last.
         awk -v n=$ports '{ sum += $2 } NR % n == 0 { print $1, sum; sum = 0; fflush() }'
 }
 # one IMPL RING DIR SIZE: appends window rates (pps) to $DIR/samples.IMPL.RING.DIR.SIZE
 one() {
     local bmode=rxonly fmode=txonly
     [ "$3" = enq ] && bmode=txonly fmode=rxonly
-    [ "$3" = io ] && bmode=io fmode=flowgen
+    [ "$3" = io ] && bmode=io fmode=io
     rm -f "$SOCK" "${SOCK}1"
     backend "$1" "$bmode" "$4" &
     local bp=$!
@@ -168,7 +182,7 @@ if [ $JSON = 1 ]; then
     exit 0
 fi
 echo "vhost-user backend (CPU 1) <-> DPDK virtio-user (CPU 0), $T s per run, $ROUNDS rounds, runs alternating"
-echo "deq: virtio-user txonly -> backend rxonly; enq: backend txonly -> virtio-user rxonly; io: virtio-user flowgen <-> backend io, two ports"
+echo "deq: virtio-user txonly -> backend rxonly; enq: backend txonly -> virtio-user rxonly; io: a loop, virtio-user io <-> backend io, two ports"
 echo "Mpps at the 20th / 50th / 80th percentile of the frontend's stamped ~2-s windows (p80: fast state, p20: slow)"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ printf "%.2f", (b>0)? a/b : 0 }'; }
 if [ "$IMPLS" != "dpdk memnic" ]; then

@@ -200,10 +200,20 @@ impl Tap {
         let ts_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
+        // Once no slot is free, the rest of the burst is missed without looking again: a pop
+        // that finds the queue empty costs a SeqCst fence (crossbeam's), one a frame while a
+        // capture cannot keep up. A/B in the commit that added this.
+        let mut free_left = true;
         for m in pkts {
             // ArrayQueue's pop and push carry the slot's bytes between threads (crossbeam's
             // Acquire/Release on the queue's stamps).
-            let slot = self.shared.free.pop().map(|mut s| {
+            let popped = if free_left {
+                self.shared.free.pop()
+            } else {
+                None
+            };
+            free_left = popped.is_some();
+            let slot = popped.map(|mut s| {
                 let len = m.len();
                 let cap = len.min(self.snaplen);
                 m.copy_out(0, &mut s.data[..cap]);
