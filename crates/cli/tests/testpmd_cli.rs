@@ -244,6 +244,47 @@ fn poll_interactive_prompt_from_piped_input() {
     );
 }
 
+/// `--json` at the prompt: the report comes at `quit` even when forwarding was stopped first
+/// (stop's statistics go to stderr, as every human-readable line does with `--json`).
+#[test]
+fn poll_prompt_json_report_comes_at_quit_after_a_stop() {
+    let shm = ShmName::new("prompt-json");
+    let p = common::spawn_with_stdin(
+        &[
+            "testpmd",
+            "-i",
+            "--json",
+            "-l",
+            "1",
+            "--vdev",
+            &format!("memnic0,path={},role=host", shm.name()),
+            "--forward-mode",
+            "txonly",
+        ],
+        Some("start\nstop\nquit\n"),
+    );
+    let out = p.wait(Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON report at quit:\n{text}"));
+    let r: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(r["mode"], "txonly", "{json}");
+    assert_eq!(r["ports"][0]["name"], "memnic0", "{json}");
+    assert_eq!(r["lcores"][0]["cpu"], 1, "{json}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("Forward statistics"),
+        "stop's statistics:\n{said}"
+    );
+}
+
 #[test]
 fn poll_sigint_stops_and_prints_totals() {
     let shm = ShmName::new("sigint");

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use memnic_fwd::{report, FwdMode};
 
-use super::{config_fwd, finish, Session};
+use super::{config_fwd, finish_prompt, Session};
 
 const HELP: &str =
     "commands: start | start tx_first | stop | show port stats all | clear port stats all | \
@@ -103,9 +103,7 @@ pub fn run(
     done.store(true, Relaxed);
     let _ = service.join();
     let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
-    if g.engine.is_running() {
-        finish(&mut g, started.elapsed())?;
-    }
+    finish_prompt(&mut g, started.elapsed())?;
     g.out.line("Bye...");
     Ok(())
 }

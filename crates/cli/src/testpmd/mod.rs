@@ -596,18 +596,32 @@ pub fn finish(s: &mut Session, elapsed: Duration) -> Result<(), String> {
     if s.engine.is_running() {
         s.engine.stop().map_err(|e| e.to_string())?;
     }
+    let ports = final_ports(s);
+    s.out.line(&report::fwd_stats(&ports));
+    warn_capture_errors(s);
+    s.out.line("Done.");
+    print_json(s, elapsed, ports)
+}
+
+/// Counters since the last clear, with the whole run's average rates.
+fn final_ports(s: &mut Session) -> Vec<report::PortReport> {
     let since = s.meter.started.elapsed().as_secs_f64().max(1e-9);
     let mut ports = s.meter.ports(&s.engine);
-    // Final rates: averages over the whole run.
     for p in &mut ports {
         p.rx_pps = (p.rx_packets as f64 / since) as u64;
         p.tx_pps = (p.tx_packets as f64 / since) as u64;
         p.rx_bps = (p.rx_bytes as f64 * 8.0 / since) as u64;
         p.tx_bps = (p.tx_bytes as f64 * 8.0 / since) as u64;
     }
-    s.out.line(&report::fwd_stats(&ports));
-    warn_capture_errors(s);
-    s.out.line("Done.");
+    ports
+}
+
+/// With `--json`: the final report as one JSON object on stdout.
+fn print_json(
+    s: &mut Session,
+    elapsed: Duration,
+    ports: Vec<report::PortReport>,
+) -> Result<(), String> {
     if s.out.json {
         let r = report::Report {
             mode: s.engine.cfg.mode.to_string(),
@@ -618,4 +632,14 @@ pub fn finish(s: &mut Session, elapsed: Duration) -> Result<(), String> {
         println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
     }
     Ok(())
+}
+
+/// The end of a prompt session: a run still going is finished as at the end of a run; one
+/// already stopped has had its statistics printed, and `--json` still gets its report.
+pub fn finish_prompt(s: &mut Session, elapsed: Duration) -> Result<(), String> {
+    if s.engine.is_running() {
+        return finish(s, elapsed);
+    }
+    let ports = final_ports(s);
+    print_json(s, elapsed, ports)
 }
