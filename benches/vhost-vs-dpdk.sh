@@ -98,9 +98,9 @@ frontend() {
     local packed=0 key=RX-packets ports=1
     [ "$1" = packed ] && packed=1
     [ "$2" = txonly ] && key=TX-packets
-    local vdevs=(--vdev=net_virtio_user0,path=$SOCK,queues=1,packed_vq=$packed$VU_OPTS) app=($APP)
+    local vdevs=(--vdev=net_virtio_user0,path=$SOCK,queues=1,packed_vq=$packed${VU_OPTS:-}) app=($APP)
     if [ "$2" = io ]; then
-        vdevs+=(--vdev=net_virtio_user1,path=${SOCK}1,queues=1,packed_vq=$packed$VU_OPTS)
+        vdevs+=(--vdev=net_virtio_user1,path=${SOCK}1,queues=1,packed_vq=$packed${VU_OPTS:-})
         ports=2
         app=(--nb-cores=1 --total-num-mbufs=32768 -i)
     fi
