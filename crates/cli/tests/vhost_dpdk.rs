@@ -220,7 +220,7 @@ fn poll_zero_copy_round_trips_through_virtio_user_macswap_are_clean() {
         ("vuzcpk", 1518, ",packed_vq=1", "128"),
         (
             "vuzcpkplain",
-            600,
+            1200,
             ",packed_vq=1,in_order=0,mrg_rxbuf=0",
             "128",
         ),
