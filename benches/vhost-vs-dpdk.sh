@@ -31,7 +31,7 @@
 # Needs dpdk-testpmd with the vhost and virtio PMDs (apt-get install dpdk-dev
 # librte-net-vhost23 librte-net-virtio23).
 set -euo pipefail
-T=8
+T=12
 ROUNDS=3
 SIZES="64 512 1518"
 RINGS="split packed"
@@ -123,6 +123,8 @@ frontend() {
         # One statistics print has a line per port: their sum, stamped at the last.
         awk -v n=$ports '{ sum += $2 } NR % n == 0 { print $1, sum; sum = 0; fflush() }'
 }
+# listening PATH: a unix socket is listening at PATH
+listening() { ss -xlnH 2>/dev/null | awk -v p="$1" '$5 == p { f = 1 } END { exit !f }'; }
 # one IMPL RING DIR SIZE: appends window rates (pps) to $DIR/samples.IMPL.RING.DIR.SIZE
 one() {
     local bmode=rxonly fmode=txonly
@@ -131,7 +133,9 @@ one() {
     rm -f "$SOCK" "${SOCK}1"
     backend "$1" "$bmode" "$4" &
     local bp=$!
-    for _ in $(seq 100); do [ -S "$SOCK" ] && { [ "$3" != io ] || [ -S "${SOCK}1" ]; } && break; sleep 0.1; done
+    # Listening, not just there: net_vhost binds its socket at start-up but listens only once
+    # its port starts, and a virtio-user that connects in between gets no port (a run of zeros).
+    for _ in $(seq 100); do listening "$SOCK" && { [ "$3" != io ] || listening "${SOCK}1"; } && break; sleep 0.1; done
     frontend "$2" "$fmode" "$4" >"$DIR/f.stamps" || true
     kill -INT $bp 2>/dev/null || true
     wait $bp 2>/dev/null || true

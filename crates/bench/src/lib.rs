@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod date;
+pub mod limit;
 pub mod parse;
 pub mod plan;
 mod proc;

@@ -77,6 +77,10 @@ pub struct Common {
     /// No progress bar
     #[arg(long)]
     pub quiet: bool,
+    /// Leave out the bare-ring limit probe (by default it runs in the rotation and every row
+    /// gets its fraction of it)
+    #[arg(long)]
+    pub no_limit: bool,
 }
 
 fn parse_variant(s: &str) -> Result<Variant, String> {
@@ -121,17 +125,28 @@ impl Impl {
 /// What one run of a variant is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Run {
-    Memif { server: Impl, client: Impl },
-    Memnic { host_sends: bool },
+    Memif {
+        server: Impl,
+        client: Impl,
+    },
+    Memnic {
+        host_sends: bool,
+    },
     Tester(Variant),
-    Vhost { backend: Impl },
+    Vhost {
+        backend: Impl,
+    },
+    /// The bare-ring limit probe with this many copies per frame (see `limit`).
+    Limit {
+        copies: u8,
+    },
 }
 
 impl Run {
     fn uses_dpdk(self) -> bool {
         match self {
             Run::Memif { server, client } => server == Impl::Dpdk || client == Impl::Dpdk,
-            Run::Memnic { .. } | Run::Tester(_) => false,
+            Run::Memnic { .. } | Run::Tester(_) | Run::Limit { .. } => false,
             // The frontend is always DPDK's virtio-user.
             Run::Vhost { .. } => true,
         }
@@ -187,6 +202,8 @@ pub struct Plan {
     pub variants: Vec<VariantSpec>,
     /// The variant the others are divided by (DPDK's), if any.
     pub baseline: Option<usize>,
+    /// The limit probe's variant (the last), unless `--no-limit`.
+    pub limit: Option<usize>,
     pub rounds: usize,
     pub seconds: u64,
     /// (A, B): see [`Common::cpus`].
@@ -261,7 +278,12 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     let (a, b) = cpus;
     let mut cases = vec![Case::Only];
     let mut windows = "~2-s windows of the receiver's counters, stamped by the bench's clock";
-    let (title, method, heading, variants, baseline) = match &args.bench {
+    // The copies a frame costs in the pairs of this bench, for the limit probe: memif copy
+    // mode and MEMNIC copy into the shared ring and out of it (so does the tester's host
+    // emulator with its PMD); virtio-user writes only a frame's headers and our vhost backend
+    // or DPDK's copies the frame once.
+    let copies = if bench == "vhost" { 1 } else { 2 };
+    let (title, method, heading, mut variants, baseline) = match &args.bench {
         Bench::Memif { peer, .. } => {
             let mut pairs = vec![];
             if *peer != Peer::Memnic {
@@ -354,6 +376,16 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
             )
         }
     };
+    let limit = (!common.no_limit).then(|| {
+        variants.push(VariantSpec {
+            label: format!(
+                "limit ({copies} cop{})",
+                if copies == 1 { "y" } else { "ies" }
+            ),
+            run: Run::Limit { copies },
+        });
+        variants.len() - 1
+    });
     Ok(Plan {
         bench,
         title,
@@ -364,6 +396,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
         sizes,
         variants,
         baseline,
+        limit,
         rounds: common.rounds,
         seconds: common.seconds,
         cpus,
@@ -427,11 +460,15 @@ mod tests {
     #[test]
     fn memif_peers() {
         let p = plan_of("memif").unwrap();
-        assert_eq!(labels(&p), ["dpdk<-dpdk", "memnic<-memnic"]);
-        assert_eq!(p.baseline, Some(0));
+        assert_eq!(
+            labels(&p),
+            ["dpdk<-dpdk", "memnic<-memnic", "limit (2 copies)"]
+        );
+        assert_eq!((p.baseline, p.limit), (Some(0), Some(2)));
         assert!(p.uses_dpdk());
-        let p = plan_of("memif --peer memnic").unwrap();
+        let p = plan_of("memif --peer memnic --no-limit").unwrap();
         assert_eq!(labels(&p), ["memnic<-memnic"]);
+        assert_eq!(p.limit, None);
         assert_eq!(p.baseline, None);
         assert!(!p.uses_dpdk());
         let p = plan_of("memif --peer both").unwrap();
@@ -441,7 +478,8 @@ mod tests {
                 "dpdk<-dpdk",
                 "memnic<-memnic",
                 "memnic<-dpdk",
-                "dpdk<-memnic"
+                "dpdk<-memnic",
+                "limit (2 copies)"
             ]
         );
     }
@@ -451,7 +489,7 @@ mod tests {
         let p = plan_of("memnic --sizes 1518,64,64 --rounds 2 --seconds 4 --cpus 2,0").unwrap();
         assert_eq!(p.sizes, [64, 1518]);
         assert_eq!((p.rounds, p.seconds, p.cpus), (2, 4, (2, 0)));
-        assert_eq!(p.runs(), 2 * 2 * 2);
+        assert_eq!(p.runs(), 2 * 2 * 3);
         assert_eq!(plan_of("memnic").unwrap().cpus, (0, 1));
     }
 
@@ -461,7 +499,9 @@ mod tests {
         let cases: Vec<String> = p.cases.iter().map(|c| c.label()).collect();
         assert_eq!(cases, ["packed enq", "packed deq"]);
         assert!(p.uses_dpdk());
-        let p = plan_of("tester --variants memnic,2014-before --sizes 4088").unwrap();
+        // virtio-user writes a frame's headers, the backend copies it once.
+        assert_eq!(labels(&p), ["dpdk", "memnic", "limit (1 copy)"]);
+        let p = plan_of("tester --variants memnic,2014-before --sizes 4088 --no-limit").unwrap();
         assert_eq!(labels(&p), ["memnic", "2014-before"]);
         assert_eq!(p.baseline, Some(1));
         assert!(!p.uses_dpdk());

@@ -42,6 +42,11 @@ pub struct Row {
     pub ratio_p20: Option<f64>,
     pub ratio_p50: Option<f64>,
     pub ratio_p80: Option<f64>,
+    /// The fraction of the bare-ring limit measured in the same sitting, at each quantile
+    /// (`None` for the limit's own row, or without the probe).
+    pub of_limit_p20: Option<f64>,
+    pub of_limit_p50: Option<f64>,
+    pub of_limit_p80: Option<f64>,
 }
 
 impl Row {
@@ -70,14 +75,23 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
         for (si, &size) in plan.sizes.iter().enumerate() {
             let cell = &res.windows[ci][si];
             let base = plan.baseline.and_then(|b| Summary::of(&cell[b]));
+            let limit = plan.limit.and_then(|l| Summary::of(&cell[l]));
             for (vi, v) in plan.variants.iter().enumerate() {
                 let s = Summary::of(&cell[vi]);
-                let has_base = plan.baseline.is_some_and(|b| b != vi);
+                let is_limit = plan.limit == Some(vi);
+                let has_base = plan.baseline.is_some_and(|b| b != vi) && !is_limit;
                 let r = |f: fn(&Summary) -> f64| {
                     if has_base {
                         ratio(s.as_ref().map(f), base.as_ref().map(f))
                     } else {
                         None
+                    }
+                };
+                let of_limit = |f: fn(&Summary) -> f64| {
+                    if is_limit {
+                        None
+                    } else {
+                        ratio(s.as_ref().map(f), limit.as_ref().map(f))
                     }
                 };
                 rows.push(Row {
@@ -95,6 +109,9 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
                     ratio_p20: r(|s| s.p20),
                     ratio_p50: r(|s| s.p50),
                     ratio_p80: r(|s| s.p80),
+                    of_limit_p20: of_limit(|s| s.p20),
+                    of_limit_p50: of_limit(|s| s.p50),
+                    of_limit_p80: of_limit(|s| s.p80),
                 });
             }
         }
@@ -133,11 +150,18 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
     );
     let _ = writeln!(
         s,
-        "p20 ~ the machine's slow state, p80 ~ its fast state; n: windows{}",
+        "p20 ~ the machine's slow state, p80 ~ its fast state; n: windows{}{}",
         match plan.baseline {
             Some(b) => format!(
                 "; ratio: over {} at the same quantile",
                 plan.variants[b].label
+            ),
+            None => String::new(),
+        },
+        match plan.limit {
+            Some(l) => format!(
+                "; of limit: the fraction of {} at the same quantile (two pinned threads moving frames through a bare slot ring, nothing else)",
+                plan.variants[l].label
             ),
             None => String::new(),
         }
@@ -161,8 +185,13 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
     } else {
         ""
     };
+    let limit_head = if plan.limit.is_some() {
+        "  of limit p20  p50  p80"
+    } else {
+        ""
+    };
     let head = format!(
-        "{}{:>5}  {:<var_w$}  {:>6} {:>6} {:>6}  {:>13} {:>4}{ratio_head}",
+        "{}{:>5}  {:<var_w$}  {:>6} {:>6} {:>6}  {:>13} {:>4}{ratio_head}{limit_head}",
         case_col("case"),
         "size",
         plan.variant_heading,
@@ -172,6 +201,7 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
         "min-max",
         "n"
     );
+    let limit_label = plan.limit.map(|l| plan.variants[l].label.as_str());
     let _ = writeln!(s, "{head}");
     let _ = writeln!(s, "{}", "-".repeat(head.len()));
     for r in rows {
@@ -180,22 +210,31 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
             (Some(a), Some(b)) => format!("{a:.2}-{b:.2}"),
             _ => "-".into(),
         };
-        let ratios = if plan.baseline.is_some() {
-            if r.baseline.is_some() {
+        let mut ratios = String::new();
+        if plan.baseline.is_some() {
+            ratios = if r.baseline.is_some() {
                 format!(
                     "       {} {} {}",
                     fmt_ratio(r.ratio_p20),
                     fmt_ratio(r.ratio_p50),
                     fmt_ratio(r.ratio_p80)
                 )
+            } else if plan.limit.is_some() {
+                " ".repeat(ratio_head.len())
             } else {
                 String::new()
-            }
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            s,
+            };
+        }
+        if plan.limit.is_some() && Some(r.variant.as_str()) != limit_label {
+            let _ = write!(
+                ratios,
+                "          {} {} {}",
+                fmt_ratio(r.of_limit_p20),
+                fmt_ratio(r.of_limit_p50),
+                fmt_ratio(r.of_limit_p80)
+            );
+        }
+        let line = format!(
             "{}{:>5}  {:<var_w$}  {} {} {}  {:>13} {:>4}{ratios}",
             case_col(&r.case),
             r.size,
@@ -206,6 +245,7 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
             range,
             r.windows
         );
+        let _ = writeln!(s, "{}", line.trim_end());
     }
     s.push_str(&swing_lines(swings));
     s
@@ -360,6 +400,7 @@ mod tests {
                 },
             ],
             baseline: Some(0),
+            limit: None,
             rounds: 1,
             seconds: 4,
             cpus: (0, 1),
@@ -405,6 +446,48 @@ mod tests {
             .unwrap();
         assert!(line.contains("12.00  21.00  30.00"), "{line}");
         assert!(line.contains("1.20 1.40 1.50"), "{line}");
+    }
+
+    #[test]
+    fn rows_carry_their_fraction_of_the_limit() {
+        let mut p = plan();
+        p.variants.push(VariantSpec {
+            label: "limit (2 copies)".into(),
+            run: Run::Limit { copies: 2 },
+        });
+        p.limit = Some(2);
+        let mut res = Results::new(&p);
+        res.windows[0][0][0] = vec![10.0; 6];
+        res.windows[0][0][1] = vec![12.0; 6];
+        res.windows[0][0][2] = vec![40.0; 6];
+        let rows = rows(&p, &res);
+        assert_eq!(rows.len(), 6);
+        assert_eq!(
+            (rows[0].of_limit_p50, rows[1].of_limit_p80),
+            (Some(0.25), Some(0.3))
+        );
+        // The limit is neither divided by DPDK's nor by itself.
+        assert_eq!((rows[2].ratio_p50, rows[2].of_limit_p50), (None, None));
+        let t = table(&p, &rows, &swings(&p, &res));
+        assert!(t.contains("of limit p20  p50  p80"), "{t}");
+        let line = |v: &str| {
+            t.lines()
+                .find(|l| l.contains(v) && l.contains("  64  "))
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            line("memnic<-memnic").ends_with("1.20 1.20 1.20          0.30 0.30 0.30"),
+            "{t}"
+        );
+        assert!(
+            line("dpdk<-dpdk").ends_with("          0.25 0.25 0.25"),
+            "{t}"
+        );
+        assert!(
+            line("limit (2 copies)").ends_with("40.00-40.00    6"),
+            "{t}"
+        );
     }
 
     #[test]

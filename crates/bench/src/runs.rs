@@ -315,6 +315,11 @@ pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Ve
             return Err("a vhost run needs a ring and a direction".into())
         }
         (Run::Tester(v), _) => return tester(plan, v, size, plan.seconds),
+        (Run::Limit { copies }, _) => {
+            let rates =
+                crate::limit::run(plan.cpus, copies, size as usize, plan.seconds, ctx.clock)?;
+            return Ok(rates.into_iter().map(|r| r / 1e6).collect());
+        }
     };
     let _ = std::fs::remove_file(ctx.sock());
     let _ = std::fs::remove_file(ctx.shm_path());

@@ -139,9 +139,18 @@ fn poll_bench_memnic_json_and_svg() {
     succeeded(&out);
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
     assert_eq!(json["bench"], "memnic");
-    let variants = ["host->guest", "guest->host"];
+    let variants = ["host->guest", "guest->host", "limit (2 copies)"];
     let rows = check_rows(&json, &variants, &[64]);
     assert!(rows.iter().all(|r| r["baseline"].is_null()), "{json}");
+    // Each direction's fraction of the bare-ring limit measured beside it; none for the limit.
+    for r in &rows {
+        let of_limit = r["of_limit_p50"].as_f64();
+        if r["variant"] == "limit (2 copies)" {
+            assert_eq!(of_limit, None, "{r}");
+        } else {
+            assert!(of_limit.is_some_and(|f| f > 0.0), "{r}");
+        }
+    }
     check_svg(&svg.0, "memnic", &variants, 1);
 }
 
@@ -169,21 +178,36 @@ fn poll_bench_memif_against_dpdk_table_and_svg() {
     );
     succeeded(&out);
     let table = stdout(&out);
-    // A row per pair, ours with its ratio to DPDK's, and the swing line.
-    let ours = table
-        .lines()
-        .find(|l| l.contains("memnic<-memnic"))
-        .unwrap_or_else(|| panic!("no row of ours:\n{table}"));
-    let ratios = ours.split_whitespace().rev().take(3).collect::<Vec<_>>();
+    // A row per pair, ours with its ratio to DPDK's and both with their fraction of the
+    // limit, the limit's own row, and the swing line.
+    let row = |pair: &str| {
+        table
+            .lines()
+            // (The heading names DPDK's pair and the limit too, with one space before.)
+            .find(|l| l.contains(&format!("  {pair}  ")))
+            .unwrap_or_else(|| panic!("no row of {pair}:\n{table}"))
+    };
+    let numbers = |line: &str, n: usize| {
+        let last = line.split_whitespace().rev().take(n).collect::<Vec<_>>();
+        last.iter().all(|r| r.parse::<f64>().is_ok_and(|r| r > 0.0))
+    };
+    let ours = row("memnic<-memnic");
     assert!(
-        ratios
-            .iter()
-            .all(|r| r.parse::<f64>().is_ok_and(|r| r > 0.0)),
-        "ratios to DPDK at p20/p50/p80: {ours}"
+        numbers(ours, 6),
+        "ratios to DPDK and of the limit at p20/p50/p80: {ours}"
     );
-    assert!(table.lines().any(|l| l.contains("dpdk<-dpdk")), "{table}");
+    assert!(numbers(row("dpdk<-dpdk"), 3), "{table}");
+    assert!(
+        row("limit (2 copies)").ends_with(" 1"),
+        "one window: {table}"
+    );
     assert!(table.contains("swing: p80/p20"), "{table}");
-    check_svg(&svg.0, "memif", &["dpdk<-dpdk", "memnic<-memnic"], 1);
+    check_svg(
+        &svg.0,
+        "memif",
+        &["dpdk<-dpdk", "memnic<-memnic", "limit (2 copies)"],
+        1,
+    );
     // DPDK's runtime directories (named by the bench's --file-prefix) are gone with it.
     for side in ["server", "client"] {
         let dir = format!("/var/run/dpdk/memnic-bench-{pid}-{side}");
@@ -210,7 +234,7 @@ fn poll_bench_tester_in_process() {
     );
     succeeded(&out);
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
-    check_rows(&json, &["memnic"], &[64]);
+    check_rows(&json, &["memnic", "limit (2 copies)"], &[64]);
 }
 
 #[test]

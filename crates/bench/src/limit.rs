@@ -1,0 +1,205 @@
+//! The bare-ring limit probe: what two threads pinned to the pair's two CPUs reach when they do
+//! nothing but move frames through a slot ring in shared memory, with the copies per frame of
+//! the pair under test and nothing else (no descriptors beyond the ring's two indices, no
+//! mbufs, no pools, no statistics). Measured in the same sitting as the pairs, alternating with
+//! them, it is the ceiling each pair's rate is a fraction of (issue "Speed", goal 3).
+//!
+//! * The ring: [`SLOTS`] slots of [`SLOT`] bytes; the producer's index and the consumer's each
+//!   on a line of its own (two lines apart, so the adjacent-line prefetcher does not pair them).
+//! * The producer fills a burst of [`BURST`] slots, then publishes its index once (Release);
+//!   the consumer takes what the index shows, a burst at most, then publishes its own (Release).
+//!   Each side re-reads the other's index (Acquire) only when its cached copy says stop.
+//! * Two copies (`copies = 2`: memif copy mode, MEMNIC, memnic-tester): the producer copies the
+//!   whole frame from a private buffer into the slot and the consumer copies it out into
+//!   another. One copy (`copies = 1`: vhost, where the frontend writes only the frame's headers
+//!   into its buffer and the backend copies the frame once): the producer writes the frame's
+//!   first line, the consumer copies the whole frame out.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memnic_shm::Region;
+
+use crate::stats::{window_rates, Stamp};
+
+/// Slots in the ring (a memif ring's default size).
+pub const SLOTS: usize = 1024;
+/// Bytes a slot holds (a memif buffer's default size); a larger frame (the tester's jumbo
+/// sizes) gets slots of its size rounded up to whole lines.
+pub const SLOT: usize = 2048;
+/// Frames a side moves before it publishes its index.
+pub const BURST: usize = 32;
+/// Where the producer's index and the consumer's are, and where the slots start.
+const HEAD: usize = 0;
+const TAIL: usize = 128;
+const DATA: usize = 4096;
+/// How often the consumer's count is stamped (window_rates makes ~2-s windows of it).
+const STAMP_EVERY: Duration = Duration::from_secs(1);
+/// The largest frame the probe moves.
+pub const MAX_FRAME: usize = 16384;
+
+/// Runs the probe for `seconds` with the producer on `cpus.1` and the consumer on `cpus.0` (the
+/// pairs' receiver side); returns its window rates in frames per second, stamped by `clock`.
+pub fn run(
+    cpus: (usize, usize),
+    copies: u8,
+    size: usize,
+    seconds: u64,
+    clock: Instant,
+) -> Result<Vec<f64>, String> {
+    if size == 0 || size > MAX_FRAME {
+        return Err(format!(
+            "the limit probe takes frames of 1 to {MAX_FRAME} bytes, not {size}"
+        ));
+    }
+    let slot = SLOT.max(size.next_multiple_of(64));
+    let ring = Arc::new(
+        Region::private(DATA + SLOTS * slot, false)
+            .map_err(|e| format!("the limit probe's ring: {e}"))?,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let producer = {
+        let (ring, stop) = (ring.clone(), stop.clone());
+        let written = if copies >= 2 { size } else { size.min(64) };
+        std::thread::Builder::new()
+            .name("limit-producer".into())
+            .spawn(move || -> Result<(), String> {
+                memnic_shm::cpu::pin_current_thread(cpus.1).map_err(|e| e.to_string())?;
+                produce(&ring, slot, &stop, written);
+                Ok(())
+            })
+            .map_err(|e| format!("cannot start the limit probe's producer: {e}"))?
+    };
+    let consumer = {
+        let (ring, stop, count) = (ring.clone(), stop.clone(), count.clone());
+        std::thread::Builder::new()
+            .name("limit-consumer".into())
+            .spawn(move || -> Result<(u64, u64), String> {
+                memnic_shm::cpu::pin_current_thread(cpus.0).map_err(|e| e.to_string())?;
+                Ok(consume(&ring, slot, &stop, &count, size))
+            })
+            .map_err(|e| format!("cannot start the limit probe's consumer: {e}"))?
+    };
+    let mut stamps = Vec::new();
+    let start = Instant::now();
+    let end = start + Duration::from_secs(seconds);
+    let mut next = start;
+    while next <= end {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        stamps.push(Stamp {
+            secs: clock.elapsed().as_secs_f64(),
+            // Relaxed: a counter the consumer stores after each burst.
+            count: count.load(Relaxed),
+        });
+        next += STAMP_EVERY;
+    }
+    let until = clock.elapsed().as_secs_f64();
+    // Relaxed: both threads poll the flag; nothing else is ordered by it.
+    stop.store(true, Relaxed);
+    let panicked = |_| "a limit probe thread panicked".to_string();
+    producer.join().map_err(panicked)??;
+    let (frames, sum) = consumer.join().map_err(panicked)??;
+    // Every frame's last byte is the pattern's, or zero where only the first line is written.
+    let last = if copies >= 2 || size <= 64 {
+        (size - 1) as u8
+    } else {
+        0
+    };
+    if sum != frames.wrapping_mul(u64::from(last)) {
+        return Err(format!(
+            "the limit probe read {frames} frames whose last bytes sum to {sum}, not {frames} x {last}"
+        ));
+    }
+    Ok(window_rates(&stamps, until))
+}
+
+/// The producer: bursts of `written`-byte frames into free slots.
+fn produce(ring: &Region, slot: usize, stop: &AtomicBool, written: usize) {
+    let frame: Vec<u8> = (0..slot).map(|i| i as u8).collect();
+    let (mut head, mut tail) = (0u64, 0u64);
+    let room = (SLOTS - BURST) as u64;
+    while !stop.load(Relaxed) {
+        if head - tail > room {
+            // Acquire: pairs with the consumer's Release of its index; the slots it freed were
+            // read before.
+            tail = ring.u64(TAIL).load(Acquire);
+            if head - tail > room {
+                std::hint::spin_loop();
+                continue;
+            }
+        }
+        for i in 0..BURST as u64 {
+            let at = DATA + ((head + i) as usize % SLOTS) * slot;
+            ring.write_bytes(at, &frame[..written])
+                .expect("slots lie inside the ring");
+        }
+        head += BURST as u64;
+        // Release: pairs with the consumer's Acquire; the burst's frames come first.
+        ring.u64(HEAD).store(head, Release);
+    }
+}
+
+/// The consumer: copies each frame out; returns the frames it took and the sum of their last
+/// bytes (read from the copies, so no copy can be left out).
+fn consume(
+    ring: &Region,
+    slot: usize,
+    stop: &AtomicBool,
+    count: &AtomicU64,
+    size: usize,
+) -> (u64, u64) {
+    let mut buf = vec![0u8; slot];
+    let (mut head, mut tail) = (0u64, 0u64);
+    let mut sum = 0u64;
+    while !stop.load(Relaxed) {
+        if tail == head {
+            // Acquire: pairs with the producer's Release; its frames are written before.
+            head = ring.u64(HEAD).load(Acquire);
+            if tail == head {
+                std::hint::spin_loop();
+                continue;
+            }
+        }
+        let n = (head - tail).min(BURST as u64);
+        for i in 0..n {
+            let at = DATA + ((tail + i) as usize % SLOTS) * slot;
+            ring.read_bytes(at, &mut buf[..size])
+                .expect("slots lie inside the ring");
+            sum = sum.wrapping_add(u64::from(buf[size - 1]));
+        }
+        tail += n;
+        // Release: pairs with the producer's Acquire; the frames were read before the slots
+        // are handed back.
+        ring.u64(TAIL).store(tail, Release);
+        // Relaxed: a counter the bench samples.
+        count.store(tail, Relaxed);
+    }
+    (tail, sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames move and are counted: the probe checks the bytes it copied out (run fails when
+    /// they are not the producer's) and its windows count frames; an oversized frame is one
+    /// sentence.
+    #[test]
+    fn the_probe_moves_frames_and_counts_them() {
+        let cpus = memnic_shm::cpu::allowed_cpus();
+        let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+        let rates = run(pair, 2, 64, 3, Instant::now()).unwrap();
+        assert!(!rates.is_empty(), "no window in 3 s");
+        assert!(rates.iter().all(|&r| r > 1e5), "{rates:?}");
+        assert!(
+            run(pair, 1, 4088, 3, Instant::now()).is_ok(),
+            "a jumbo frame"
+        );
+        assert!(run(pair, 1, MAX_FRAME + 1, 3, Instant::now())
+            .unwrap_err()
+            .contains("takes frames of 1 to"));
+    }
+}
