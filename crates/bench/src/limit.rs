@@ -37,6 +37,8 @@ const TAIL: usize = 128;
 const DATA: usize = 4096;
 /// How often the consumer's count is stamped (window_rates makes ~2-s windows of it).
 const STAMP_EVERY: Duration = Duration::from_secs(1);
+/// A cache line.
+const LINE: usize = 64;
 /// The largest frame the probe moves.
 pub const MAX_FRAME: usize = 16384;
 
@@ -54,7 +56,9 @@ pub fn run(
             "the limit probe takes frames of 1 to {MAX_FRAME} bytes, not {size}"
         ));
     }
-    let slot = SLOT.max(size.next_multiple_of(64));
+    let slot = SLOT.max(size.next_multiple_of(LINE));
+    // One copy: the producer writes the frame's first line only (its headers).
+    let written = if copies >= 2 { size } else { size.min(LINE) };
     let ring = Arc::new(
         Region::private(DATA + SLOTS * slot, false)
             .map_err(|e| format!("the limit probe's ring: {e}"))?,
@@ -63,7 +67,6 @@ pub fn run(
     let count = Arc::new(AtomicU64::new(0));
     let producer = {
         let (ring, stop) = (ring.clone(), stop.clone());
-        let written = if copies >= 2 { size } else { size.min(64) };
         std::thread::Builder::new()
             .name("limit-producer".into())
             .spawn(move || -> Result<(), String> {
@@ -102,12 +105,8 @@ pub fn run(
     let panicked = |_| "a limit probe thread panicked".to_string();
     producer.join().map_err(panicked)??;
     let (frames, sum) = consumer.join().map_err(panicked)??;
-    // Every frame's last byte is the pattern's, or zero where only the first line is written.
-    let last = if copies >= 2 || size <= 64 {
-        (size - 1) as u8
-    } else {
-        0
-    };
+    // Every frame's last byte is the pattern's, or zero where the producer did not write it.
+    let last = if written == size { (size - 1) as u8 } else { 0 };
     if sum != frames.wrapping_mul(u64::from(last)) {
         return Err(format!(
             "the limit probe read {frames} frames whose last bytes sum to {sum}, not {frames} x {last}"

@@ -219,10 +219,9 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
                     fmt_ratio(r.ratio_p50),
                     fmt_ratio(r.ratio_p80)
                 )
-            } else if plan.limit.is_some() {
-                " ".repeat(ratio_head.len())
             } else {
-                String::new()
+                // Keeps the limit column in place (the line's end is trimmed).
+                " ".repeat(ratio_head.len())
             };
         }
         if plan.limit.is_some() && Some(r.variant.as_str()) != limit_label {
