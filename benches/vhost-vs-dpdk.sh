@@ -133,8 +133,8 @@ one() {
     rm -f "$SOCK" "${SOCK}1"
     backend "$1" "$bmode" "$4" &
     local bp=$!
-    # Listening, not just there: net_vhost binds its socket at start-up but listens only once
-    # its port starts, and a virtio-user that connects in between gets no port (a run of zeros).
+    # Listening, not just there: a virtio-user that cannot connect gets no port and the run
+    # counts nothing, so the frontend starts only once a backend accepts connections.
     for _ in $(seq 100); do listening "$SOCK" && { [ "$3" != io ] || listening "${SOCK}1"; } && break; sleep 0.1; done
     frontend "$2" "$fmode" "$4" >"$DIR/f.stamps" || true
     kill -INT $bp 2>/dev/null || true
