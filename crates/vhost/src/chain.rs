@@ -65,6 +65,7 @@ pub enum Dir {
 
 /// Walks chain `head`: `out` gets its buffers as pieces (it is cleared first; pass the same Vec
 /// every time, so no burst allocates); returns the chain's total length.
+#[inline(always)]
 pub fn walk(
     ring: &SplitRing,
     mem: &MemTable,
@@ -101,6 +102,7 @@ pub fn walk(
 /// buffer id is the last slot's) and the outcome of its walk; a refused chain is still walked
 /// to its end, so it can be handed back. A chain that does not end within the queue leaves no
 /// way to find the next one: the ring is broken.
+#[inline(always)]
 pub fn walk_packed(
     ring: &PackedRing,
     mem: &MemTable,
@@ -153,6 +155,7 @@ struct Walker<'a> {
 
 impl<'a> Walker<'a> {
     /// A walk that puts its pieces in `out` (cleared first).
+    #[inline(always)]
     fn new(mem: &'a MemTable, dir: Dir, out: &'a mut Vec<Piece>) -> Walker<'a> {
         out.clear();
         Walker {
