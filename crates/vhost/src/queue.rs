@@ -387,7 +387,7 @@ fn dequeue<V: Vring>(
             taken += 1;
             let start = s.batch.len() as u32;
             s.batch.extend_from_slice(&s.pieces);
-            prefetch_frame(&c.mem, &s.pieces, c.hdr_len);
+            prefetch_frame(&c.mem, &s.pieces, c.hdr_len, 0, 1);
             took[nb] = Taken {
                 m: Some(m),
                 start,
@@ -397,17 +397,15 @@ fn dequeue<V: Vring>(
             };
             nb += 1;
         }
-        // Copy the batch's frames; while one is copied, the next one's first lines (of a long
-        // frame) are fetched.
+        // Copy the batch's frames. While one is copied, the first lines of the next (a long
+        // frame's) are fetched: the misses overlap the copy and the hardware prefetcher is
+        // running when the next copy starts.
         for k in 0..nb {
-            if let Some(n) = took.get(k + 1).filter(|n| {
-                k + 1 < nb && !n.zero_copy && n.walked.is_ok_and(|t| t as usize >= PREFETCH_FROM)
-            }) {
-                prefetch_rest(
-                    &c.mem,
-                    &s.batch[n.start as usize..n.end as usize],
-                    c.hdr_len,
-                );
+            if let Some(n) = took[..nb].get(k + 1) {
+                if !n.zero_copy && n.walked.is_ok_and(|t| t as usize >= PREFETCH_FROM) {
+                    let pieces = &s.batch[n.start as usize..n.end as usize];
+                    prefetch_frame(&c.mem, pieces, c.hdr_len, 64, PREFETCH_MAX);
+                }
             }
             let t = &mut took[k];
             let mut m = t.m.take().expect("allocated above");
@@ -511,49 +509,36 @@ impl Default for Taken {
     }
 }
 
-/// Prefetches the first line of a tx chain's frame (past its virtio-net header).
+/// Prefetches the cache lines that hold bytes `from..from + len` of a tx chain's frame (the
+/// frame starts after its `hdr_len`-byte header). Regions are page aligned, so a line of an
+/// offset is a line of memory.
 #[inline(always)]
-fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize) {
-    let mut skip = hdr_len;
-    for p in pieces {
-        if skip < p.len {
-            mem.map(p.region).prefetch(p.off + skip);
-            return;
-        }
-        skip -= p.len;
-    }
-}
-
-/// Prefetches up to [`PREFETCH_MAX`] bytes of a tx chain's frame after its first line (which
-/// [`prefetch_frame`] fetched), for a frame of [`PREFETCH_FROM`] bytes or more: issued while the
-/// frame before it is copied, so the misses on a long frame's first lines overlap that copy
-/// and the hardware prefetcher is already running when its own copy starts.
-#[inline(always)]
-fn prefetch_rest(mem: &MemTable, pieces: &[Piece], hdr_len: usize) {
-    let mut skip = hdr_len + 64;
-    let mut budget = PREFETCH_MAX;
+fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, from: usize, len: usize) {
+    let mut skip = hdr_len + from;
+    let mut left = len;
     for p in pieces {
         if skip >= p.len {
             skip -= p.len;
             continue;
         }
         let map = mem.map(p.region);
-        let end = p.off + p.len.min(skip + budget);
-        // Line by line, from the line that holds byte `skip` (regions are page aligned).
+        let n = (p.len - skip).min(left);
+        let end = p.off + skip + n;
         let mut at = (p.off + skip) & !63;
         while at < end {
             map.prefetch(at);
             at += 64;
         }
-        budget = budget.saturating_sub(p.len - skip);
+        left -= n;
         skip = 0;
-        if budget == 0 {
+        if left == 0 {
             return;
         }
     }
 }
 
-/// How much of the next frame [`prefetch_rest`] fetches, and from which chain length on. A/B
+/// How much of the next frame the dequeue copy loop prefetches past its first line (which
+/// was fetched when its chain was taken), and from which chain length on. A/B
 /// in one sitting (virtio-user txonly -> our rxonly, Mpps p20/p50/p80, without / with): split
 /// 1518 B 5.80/5.84/5.86 / 6.81/7.17/7.83, packed 1518 B 5.90/6.05/6.18 / 6.21/6.34/6.88; split
 /// 512 B 10.68/10.97/11.01 / 10.63/10.66/10.69 (not prefetched: level). Lost: the same for
