@@ -92,7 +92,7 @@ backend() { # impl mode size (mode io: two ports, $SOCK and ${SOCK}1, forwarding
 # statistics line of its port (count: TX-packets for txonly, RX-packets for rxonly). Mode io
 # (the VM-to-VM loop): two ports in io mode at testpmd's prompt, `start tx_first 4` (4 bursts of
 # 32 per port: 256 frames go round, fewer than the rings hold, so none is dropped), then
-# `show port stats all` every 2 s; count: both ports' RX-packets. (stdbuf: testpmd's answers at
+# `show port stats all` every second from a second after it; count: both ports' RX-packets. (stdbuf: testpmd's answers at
 # the prompt are not flushed line by line into a pipe; its periodic statistics are.)
 frontend() {
     local packed=0 key=RX-packets ports=1
@@ -108,7 +108,7 @@ frontend() {
         if [ "$2" = io ]; then
             sleep 3
             echo "start tx_first 4"
-            while sleep 2; do echo "show port stats all"; done
+            while sleep 1; do echo "show port stats all"; done
         fi
     } | timeout -s INT "$T" stdbuf -oL dpdk-testpmd $EAL --single-file-segments --lcores=0@0,1@0 \
         --file-prefix f$$ "${vdevs[@]}" \
@@ -139,9 +139,13 @@ one() {
     frontend "$2" "$fmode" "$4" >"$DIR/f.stamps" || true
     kill -INT $bp 2>/dev/null || true
     wait $bp 2>/dev/null || true
-    # Windows between stamped cumulative counts; the first (start-up) and last dropped.
+    # Windows between stamped cumulative counts; the first (start-up) and, of the periodic
+    # statistics, the last dropped (io's prints answer our own commands, the loop already
+    # running at the first).
+    local last=1
+    [ "$3" = io ] && last=0
     awk 'NR>1 && $1>t { r=($2-c)/($1-t); if (r>0) print r } { t=$1; c=$2 }' "$DIR/f.stamps" |
-        head -n -1 | tail -n +2 >>"$DIR/samples.$1.$2.$3.$4"
+        head -n -$last | tail -n +2 >>"$DIR/samples.$1.$2.$3.$4"
 }
 # pct FILE -> "p20 p50 p80 n" (Mpps)
 pct() {
