@@ -41,6 +41,8 @@ fn bad_input_is_one_sentence() {
         (vec!["--vdev".into(), h.clone(), "--txpkts".into(), "20".into()], "--txpkts=20 is outside 60..=9000"),
         (vec!["--vdev".into(), h.clone(), "--forward-mode".into(), "txonly".into(), "--txpkts".into(), "2000".into(), "--mbuf-size".into(), "4096".into()], "--txpkts=2000 is longer than the port's largest frame (1518 bytes)"),
         (vec!["--vdev".into(), h.clone(), "--txpkts".into(), "1500".into(), "--mbuf-size".into(), "1024".into()], "--mbuf-size=1024 cannot hold --txpkts=1500"),
+        (vec!["--vdev".into(), h.clone(), "--mbcache".into(), "0".into()], "--mbcache=0 is out of range: a queue's cache holds 1 to 512 buffers"),
+        (vec!["--vdev".into(), h.clone(), "--mbcache".into(), "513".into()], "--mbcache=513 is out of range"),
         (vec!["--vdev".into(), h.clone(), "--verify".into()], "--verify works with --forward-mode=txonly or rxonly, not io"),
         (vec!["--vdev".into(), h.clone(), "--tx-count".into(), "10".into()], "--tx-count works with --forward-mode=txonly or flowgen, not io"),
         (vec!["--vdev".into(), h.clone(), "-i".into(), "--rx-count".into(), "10".into()], "--tx-count and --rx-count end a run by themselves: not with -i"),

@@ -218,7 +218,13 @@ impl Mempool {
 
     /// A new per-lcore cache of this pool.
     pub fn cache(&self) -> PoolCache {
-        let size = self.inner().cache_size;
+        self.cache_sized(self.inner().cache_size)
+    }
+
+    /// A new per-lcore cache of this pool that keeps `size` buffers (at least 1) instead of
+    /// the pool's own cache size.
+    pub fn cache_sized(&self, size: usize) -> PoolCache {
+        let size = size.max(1);
         PoolCache {
             pool: self.clone(),
             objs: Vec::with_capacity(size * 2 + 1),

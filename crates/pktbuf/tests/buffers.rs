@@ -47,6 +47,28 @@ fn alloc_free_returns_every_buffer() {
 /// A generator's burst: buffers that already hold `len` bytes, or none when `len` is past the
 /// data room; freed, they come back empty.
 #[test]
+fn a_cache_of_its_own_size_parks_up_to_twice_that() {
+    let pool = pool(64, false);
+    let mut small = pool.cache_sized(2);
+    let mut v = Vec::new();
+    assert_eq!(pool.cache().alloc_up_to(&mut v, 10), 10);
+    // The pool's own caches park 4..8; this one spills at 4 back to 2.
+    for m in v.drain(..3) {
+        small.free(m);
+    }
+    assert_eq!(small.len(), 3);
+    small.free(v.pop().unwrap());
+    assert_eq!(small.len(), 2);
+    let before = pool.shared_free();
+    let mut big = pool.cache();
+    for m in v.drain(..) {
+        big.free(m);
+    }
+    assert_eq!(big.len(), 6, "the pool's size (4) spills only at 8");
+    assert_eq!(pool.shared_free(), before);
+}
+
+#[test]
 fn alloc_len_up_to_hands_out_buffers_of_that_length() {
     for shared in [false, true] {
         let pool = pool(8, shared);

@@ -57,6 +57,9 @@ pub struct Args {
     /// Bytes per mbuf, headroom included
     #[arg(long = "mbuf-size", default_value_t = memnic_pktbuf::DEFAULT_BUF_SIZE)]
     mbuf_size: u32,
+    /// Buffers each queue's cache of a pool keeps (DPDK testpmd's `--mbcache`)
+    #[arg(long = "mbcache", default_value_t = memnic_pktbuf::DEFAULT_CACHE_SIZE)]
+    mbcache: u32,
     /// io, mac, macswap, rxonly, txonly or flowgen
     #[arg(long = "forward-mode", default_value = "io")]
     forward_mode: String,
@@ -220,6 +223,12 @@ pub fn setup(a: &Args) -> Result<Session, String> {
             a.total_num_mbufs, a.burst
         ));
     }
+    if !(1..=512).contains(&a.mbcache) {
+        return Err(format!(
+            "--mbcache={} is out of range: a queue's cache holds 1 to 512 buffers",
+            a.mbcache
+        ));
+    }
     if a.rxq == 0 || a.txq == 0 {
         return Err("--rxq and --txq must be at least 1".into());
     }
@@ -345,6 +354,7 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         };
         let mut cfg = PoolConfig::new(name, a.total_num_mbufs);
         cfg.buf_size = a.mbuf_size;
+        cfg.cache_size = a.mbcache;
         cfg.shared = shared;
         let p = Mempool::new(&cfg).map_err(|e| e.to_string())?;
         bind_or_warn(p.region(), 0, p.region().len(), node, &out);
