@@ -26,6 +26,22 @@ pub fn unshare() -> Result<()> {
     Ok(())
 }
 
+/// Turns IPv6 off in the calling thread's namespace, for interfaces made from now on and those
+/// already there (`/proc/sys/net` shows the namespace of the thread that opens it). An
+/// interface brought up with IPv6 on sends router solicitations and MLD reports by itself, at
+/// times of the kernel's choosing; a test that expects silence needs it off.
+pub fn disable_ipv6() -> Result<()> {
+    for knob in ["default", "all"] {
+        let path = format!("/proc/sys/net/ipv6/conf/{knob}/disable_ipv6");
+        std::fs::write(&path, "1").map_err(|source| ShmError::Io {
+            op: "write",
+            what: path,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
 /// Moves the calling thread into the network namespace at `path` (`/run/netns/NAME`, as
 /// `ip netns add` makes them, or `/proc/PID/ns/net`).
 pub fn enter(path: &Path) -> Result<()> {

@@ -317,11 +317,13 @@ mod tests {
     use std::net::UdpSocket;
     use std::process::Command;
 
-    /// Runs `f` on a thread in a network namespace of its own (gone when the thread ends).
+    /// Runs `f` on a thread in a network namespace of its own (gone when the thread ends),
+    /// with IPv6 off: the kernel then queues nothing on an interface unasked.
     fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         std::thread::scope(|s| {
             s.spawn(|| {
                 netns::unshare().expect("a new network namespace (needs root)");
+                netns::disable_ipv6().unwrap();
                 f()
             })
             .join()

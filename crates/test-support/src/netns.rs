@@ -25,7 +25,7 @@ impl NetNs {
         let name = format!("memnic-{tag}-{}-{n}", std::process::id());
         run(Command::new("ip").args(["netns", "add", &name]));
         let ns = NetNs { name };
-        ns.run(disable_ipv6);
+        ns.run(|| memnic_shm::netns::disable_ipv6().unwrap_or_else(|e| panic!("{e}")));
         ns.ip(&["link", "set", "lo", "up"]);
         ns
     }
@@ -139,23 +139,12 @@ pub fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
             memnic_shm::netns::unshare().unwrap_or_else(|e| panic!("{e} (needs root)"));
-            disable_ipv6();
+            memnic_shm::netns::disable_ipv6().unwrap_or_else(|e| panic!("{e}"));
             f()
         })
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
-}
-
-/// Turns IPv6 off in the calling thread's namespace, for interfaces made from now on and
-/// those already there (/proc/sys/net shows the namespace of the thread that opens it).
-fn disable_ipv6() {
-    for knob in ["default", "all"] {
-        let path = format!("/proc/sys/net/ipv6/conf/{knob}/disable_ipv6");
-        if let Err(e) = std::fs::write(&path, "1") {
-            panic!("cannot write {path}: {e}");
-        }
-    }
 }
 
 /// `ip ARGS` in the calling thread's network namespace (a child inherits it); its stdout.
