@@ -92,8 +92,9 @@ backend() { # impl mode size (mode io: two ports, $SOCK and ${SOCK}1, forwarding
 # statistics line of its port (count: TX-packets for txonly, RX-packets for rxonly). Mode io
 # (the VM-to-VM loop): two ports in io mode at testpmd's prompt, `start tx_first 4` (4 bursts of
 # 32 per port: 256 frames go round, fewer than the rings hold, so none is dropped), then
-# `show port stats all` every second from a second after it; count: both ports' RX-packets. (stdbuf: testpmd's answers at
-# the prompt are not flushed line by line into a pipe; its periodic statistics are.)
+# `show port stats all` every second from a second after it; count: both ports' RX-packets.
+# (stdbuf: testpmd's answers at the prompt are not flushed line by line into a pipe; its
+# periodic statistics are.)
 frontend() {
     local packed=0 key=RX-packets ports=1
     [ "$1" = packed ] && packed=1

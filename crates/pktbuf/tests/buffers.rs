@@ -44,8 +44,7 @@ fn alloc_free_returns_every_buffer() {
     assert_eq!(pool.shared_free(), 32);
 }
 
-/// A generator's burst: buffers that already hold `len` bytes, or none when `len` is past the
-/// data room; freed, they come back empty.
+/// A cache made with its own size parks up to twice that, whatever the pool's size.
 #[test]
 fn a_cache_of_its_own_size_parks_up_to_twice_that() {
     let pool = pool(64, false);
@@ -68,6 +67,8 @@ fn a_cache_of_its_own_size_parks_up_to_twice_that() {
     assert_eq!(pool.shared_free(), before);
 }
 
+/// A generator's burst: buffers that already hold `len` bytes, or none when `len` is past the
+/// data room; freed, they come back empty.
 #[test]
 fn alloc_len_up_to_hands_out_buffers_of_that_length() {
     for shared in [false, true] {
