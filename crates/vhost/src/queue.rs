@@ -330,7 +330,7 @@ fn dequeue<V: Vring>(
     let mut more = true;
     while more && (taken as usize) < want {
         // Take a batch: each chain walked, its pieces kept, a buffer allocated for it and
-        // the first line of its frame prefetched.
+        // its frame prefetched (see [`PREFETCH_WHOLE`]).
         let mut took: [Taken; DEQ_BATCH] = std::array::from_fn(|_| Taken::default());
         let mut nb = 0;
         s.batch.clear();
@@ -387,7 +387,15 @@ fn dequeue<V: Vring>(
             taken += 1;
             let start = s.batch.len() as u32;
             s.batch.extend_from_slice(&s.pieces);
-            prefetch_frame(&c.mem, &s.pieces, c.hdr_len, 0, 1);
+            // A short frame is fetched whole, a long one's first line (the copy loop fetches
+            // more of it while the frame before it is copied).
+            let fetch = match walked {
+                Ok(total) if total as usize <= c.hdr_len + PREFETCH_WHOLE => {
+                    (total as usize).saturating_sub(c.hdr_len)
+                }
+                _ => 1,
+            };
+            prefetch_frame(&c.mem, &s.pieces, c.hdr_len, 0, fetch);
             took[nb] = Taken {
                 m: Some(m),
                 start,
@@ -477,14 +485,14 @@ fn idle_pause() {
     }
 }
 
-/// Chains a dequeue burst takes before it copies their frames: each walked and its frame's
-/// first line prefetched, so the misses on the guest's buffers (lines its driver has just
-/// written, on the other core) overlap instead of each copy waiting for its own. One chain at
-/// a time, a frame cost one full miss whatever its size: in the slow state of this machine
-/// about 5.5 Mpps at 64, 512 and 1518 B alike. A/B in one sitting (variant flipped every
-/// 250 ms in one process, median ratio of adjacent windows; DPDK virtio-user txonly, one
-/// lcore each): packed 64/512/1518 B 1.43/1.59/1.73x, split 1.06/1.08/1.28x; 16 level with 8,
-/// 4 lost 3-5%.
+/// Chains a dequeue burst takes before it copies their frames: each walked and its frame
+/// prefetched (the first line, or all of a short frame: [`PREFETCH_WHOLE`]), so the misses
+/// on the guest's buffers (lines its driver has just written, on the other core) overlap
+/// instead of each copy waiting for its own. One chain at a time, a frame cost one full miss
+/// whatever its size: in the slow state of this machine about 5.5 Mpps at 64, 512 and 1518 B
+/// alike. A/B in one sitting (variant flipped every 250 ms in one process, median ratio of
+/// adjacent windows; DPDK virtio-user txonly, one lcore each): packed 64/512/1518 B
+/// 1.43/1.59/1.73x, split 1.06/1.08/1.28x; 16 level with 8, 4 lost 3-5%.
 const DEQ_BATCH: usize = 8;
 
 /// A chain a dequeue batch took: the buffer for its frame, its pieces in the burst's `batch`,
@@ -536,6 +544,18 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, from: usize,
         }
     }
 }
+
+/// Frames up to this length are prefetched whole when their chain is taken (a batch of
+/// [`DEQ_BATCH`] chains, so every line of the batch's frames is on its way before the first
+/// copy starts); longer ones get their first line then and more during the copy loop. With
+/// only the first line, a 512-B copy waited for the other seven in turn: our backend stayed at
+/// 10-11 Mpps where DPDK's reached 18 (perf: 39% of rx_burst on the store after the copy).
+/// A/B in one sitting (virtio-user txonly -> our rxonly, 3 rounds alternating, Mpps
+/// p20/p50/p80, first line / whole): packed 512 B 10.75/11.28/11.49 / 14.35/15.84/17.35,
+/// split 512 B 10.99/11.08/11.26 / 12.54/12.85/13.03; 64 B level (packed 21.89 / 22.88,
+/// split 22.08 / 21.92 at p50). Lost: 1024 (2 rounds, 1024-B frames, packed p50 8.34 / 7.79,
+/// split 8.79 / 7.75); at 1518 B, 512 bytes (packed 7.6 / 7.2) or the whole frame (6.3).
+const PREFETCH_WHOLE: usize = 512;
 
 /// How much of the next frame the dequeue copy loop prefetches past its first line (which
 /// was fetched when its chain was taken), and from which chain length on. A/B
