@@ -654,6 +654,23 @@ impl Region {
         let _ = offset;
     }
 
+    /// Hints the CPU to load the cache line at `offset` into the core's L2 and outer caches but
+    /// not L1 (PREFETCHT1): for many lines ahead of their use, which would crowd L1 and its
+    /// fill buffers. Out-of-range offsets are ignored.
+    #[inline(always)]
+    pub fn prefetch_l2(&self, offset: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if offset < self.len {
+            // SAFETY: prefetch has no architectural effect; the address is inside the mapping.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+                _mm_prefetch::<_MM_HINT_T1>(self.base.as_ptr().add(offset).cast());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = offset;
+    }
+
     /// Hints the CPU to load the cache line at `offset` in exclusive state, ready to be written
     /// (PREFETCHW; a no-op on CPUs without it). Fetching a line for writing up front saves the
     /// second coherence transaction (shared, then upgrade) of a read followed by a write.

@@ -395,7 +395,7 @@ fn dequeue<V: Vring>(
                 }
                 _ => 1,
             };
-            prefetch_frame(&c.mem, &s.pieces, c.hdr_len, 0, fetch);
+            prefetch_frame(&c.mem, &s.pieces, c.hdr_len, 0, fetch, true);
             took[nb] = Taken {
                 m: Some(m),
                 start,
@@ -412,7 +412,7 @@ fn dequeue<V: Vring>(
             if let Some(n) = took[..nb].get(k + 1) {
                 if !n.zero_copy && n.walked.is_ok_and(|t| t as usize >= PREFETCH_FROM) {
                     let pieces = &s.batch[n.start as usize..n.end as usize];
-                    prefetch_frame(&c.mem, pieces, c.hdr_len, 64, PREFETCH_MAX);
+                    prefetch_frame(&c.mem, pieces, c.hdr_len, 64, PREFETCH_MAX, false);
                 }
             }
             let t = &mut took[k];
@@ -519,11 +519,20 @@ impl Default for Taken {
 
 /// Prefetches the cache lines that hold bytes `from..from + len` of a tx chain's frame (the
 /// frame starts after its `hdr_len`-byte header). Regions are page aligned, so a line of an
-/// offset is a line of memory.
+/// offset is a line of memory. With `rest_to_l2`, every line but the first goes to L2 only
+/// (a batch's whole short frames, fetched ahead of their copies: see [`PREFETCH_WHOLE`]).
 #[inline(always)]
-fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, from: usize, len: usize) {
+fn prefetch_frame(
+    mem: &MemTable,
+    pieces: &[Piece],
+    hdr_len: usize,
+    from: usize,
+    len: usize,
+    rest_to_l2: bool,
+) {
     let mut skip = hdr_len + from;
     let mut left = len;
+    let mut first = true;
     for p in pieces {
         if skip >= p.len {
             skip -= p.len;
@@ -534,7 +543,12 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, from: usize,
         let end = p.off + skip + n;
         let mut at = (p.off + skip) & !63;
         while at < end {
-            map.prefetch(at);
+            if rest_to_l2 && !first {
+                map.prefetch_l2(at);
+            } else {
+                map.prefetch(at);
+            }
+            first = false;
             at += 64;
         }
         left -= n;
@@ -555,6 +569,13 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, from: usize,
 /// split 512 B 10.99/11.08/11.26 / 12.54/12.85/13.03; 64 B level (packed 21.89 / 22.88,
 /// split 22.08 / 21.92 at p50). Lost: 1024 (2 rounds, 1024-B frames, packed p50 8.34 / 7.79,
 /// split 8.79 / 7.75); at 1518 B, 512 bytes (packed 7.6 / 7.2) or the whole frame (6.3).
+///
+/// The lines past the first go to L2 only (PREFETCHT1): 64 lines for a batch of 8 crowded L1.
+/// A/B in one sitting (2 rounds, p20/p50/p80, L1 / L2 past the first line): packed 512 B
+/// 10.13/10.85/11.16 / 15.03/15.45/15.99, split 512 B 9.95/11.07/11.19 / 13.56/14.95/15.02;
+/// 64 B packed p50 21.80 / 20.78, split 20.63 / 22.29; 1518 B (the same code path) packed
+/// 7.55 / 7.58, split 8.10 / 7.56. Every prefetch of the dequeue path to L2 instead lost at
+/// 1518 B (packed 7.52 / 6.81, split 7.88 / 7.62).
 const PREFETCH_WHOLE: usize = 512;
 
 /// How much of the next frame the dequeue copy loop prefetches past its first line (which
