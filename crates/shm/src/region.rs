@@ -643,13 +643,7 @@ impl Region {
     #[inline(always)]
     pub fn prefetch(&self, offset: usize) {
         #[cfg(target_arch = "x86_64")]
-        if offset < self.len {
-            // SAFETY: prefetch has no architectural effect; the address is inside the mapping.
-            unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(self.base.as_ptr().add(offset).cast());
-            }
-        }
+        self.prefetch_hint::<{ std::arch::x86_64::_MM_HINT_T0 }>(offset);
         #[cfg(not(target_arch = "x86_64"))]
         let _ = offset;
     }
@@ -660,15 +654,22 @@ impl Region {
     #[inline(always)]
     pub fn prefetch_l2(&self, offset: usize) {
         #[cfg(target_arch = "x86_64")]
+        self.prefetch_hint::<{ std::arch::x86_64::_MM_HINT_T1 }>(offset);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = offset;
+    }
+
+    /// PREFETCH with the cache-level hint `HINT` (`_MM_HINT_*`) for the line at `offset`,
+    /// ignored when out of range.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch_hint<const HINT: i32>(&self, offset: usize) {
         if offset < self.len {
             // SAFETY: prefetch has no architectural effect; the address is inside the mapping.
             unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-                _mm_prefetch::<_MM_HINT_T1>(self.base.as_ptr().add(offset).cast());
+                std::arch::x86_64::_mm_prefetch::<HINT>(self.base.as_ptr().add(offset).cast());
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = offset;
     }
 
     /// Hints the CPU to load the cache line at `offset` in exclusive state, ready to be written
