@@ -473,14 +473,21 @@ fn poll_a_hostile_server_is_disconnected_with_the_reason_and_the_client_reconnec
     rx_errors += 1;
     assert_eq!(c.stats().0.errors, rx_errors);
 
-    // C2S: the server's tail out of range (past the client's head), on the next tx burst.
+    // C2S: the server's tail out of range (past the client's head). A copy-mode client reads
+    // the tail once the room it knew of runs out: here at the 15th frame of the next burst,
+    // and that burst sends nothing (its frames stay behind the published head).
     let s = srv.accept();
     let (n, _) = c.send(&[60, 60]);
     assert_eq!(n, 2);
     s.wait_c2s_head(2);
     s.c2s.tail().store(5, Release);
-    let (n, _) = c.send(&[60]);
+    let (n, _) = c.send(&[60; SIZE as usize - 1]);
     assert_eq!(n, 0, "nothing sent on a ring that broke the protocol");
+    assert_eq!(
+        s.c2s.head().load(Acquire),
+        2,
+        "head never published past the bad tail"
+    );
     s.expect_disconnect("Ring tail out of range");
     tx_errors += 1;
     assert_eq!(c.stats().1.errors, tx_errors, "tx counted it");

@@ -516,13 +516,27 @@ impl Harness {
         let mut bytes = 0u64;
         let mut sent = 0;
         if self.is_client() {
-            let tail = mem.u16(ring + TAIL);
             let (own, seen) = (self.m.tx_own, self.m.tx_seen);
-            if tail.wrapping_sub(seen) > own.wrapping_sub(seen) {
-                return (Err("Ring tail out of range"), 0);
+            // The server's tail, checked against our last one and our published head: read
+            // every burst in zero copy, in copy mode only once the room known from the last
+            // read runs out.
+            let read_tail = |m: &mut Model, mem: &Mem| {
+                let tail = mem.u16(ring + TAIL);
+                if tail.wrapping_sub(seen) > own.wrapping_sub(seen) {
+                    return Err("Ring tail out of range");
+                }
+                m.tx_seen = tail;
+                Ok(tail)
+            };
+            let mut free = size - own.wrapping_sub(seen);
+            let mut tail_read = false;
+            if self.kind == Kind::ClientZeroCopy {
+                match read_tail(&mut self.m, mem) {
+                    Ok(tail) => free = size - own.wrapping_sub(tail),
+                    Err(e) => return (Err(e), 0),
+                }
+                tail_read = true;
             }
-            self.m.tx_seen = tail;
-            let mut free = size - own.wrapping_sub(tail);
             let mut head = own;
             for f in frames.iter().take(MAX_BURST) {
                 if let Some(offset) = f.zc_offset {
@@ -541,6 +555,13 @@ impl Harness {
                 } else {
                     let b = self.bsize as usize;
                     let slots = f.bytes.len().div_ceil(b).max(1);
+                    if slots > free as usize && !tail_read {
+                        match read_tail(&mut self.m, mem) {
+                            Ok(tail) => free = size - head.wrapping_sub(tail),
+                            Err(e) => return (Err(e), 0),
+                        }
+                        tail_read = true;
+                    }
                     if slots > free as usize {
                         break;
                     }
