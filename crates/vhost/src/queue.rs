@@ -410,7 +410,10 @@ fn dequeue<V: Vring>(
         // running when the next copy starts.
         for k in 0..nb {
             if let Some(n) = took[..nb].get(k + 1) {
-                if !n.zero_copy && n.walked.is_ok_and(|t| t as usize >= PREFETCH_FROM) {
+                if !n.zero_copy
+                    && n.walked
+                        .is_ok_and(|t| t as usize > c.hdr_len + PREFETCH_WHOLE)
+                {
                     let pieces = &s.batch[n.start as usize..n.end as usize];
                     prefetch_frame(&c.mem, pieces, c.hdr_len, 64, PREFETCH_MAX, false);
                 }
@@ -568,7 +571,8 @@ fn prefetch_frame(
 /// p20/p50/p80, first line / whole): packed 512 B 10.75/11.28/11.49 / 14.35/15.84/17.35,
 /// split 512 B 10.99/11.08/11.26 / 12.54/12.85/13.03; 64 B level (packed 21.89 / 22.88,
 /// split 22.08 / 21.92 at p50). Lost: 1024 (2 rounds, 1024-B frames, packed p50 8.34 / 7.79,
-/// split 8.79 / 7.75); at 1518 B, 512 bytes (packed 7.6 / 7.2) or the whole frame (6.3).
+/// split 8.79 / 7.75, every line to L1); at 1518 B, 512 bytes (packed 7.6 / 7.2) or the whole
+/// frame (6.3).
 ///
 /// The lines past the first go to L2 only (PREFETCHT1): 64 lines for a batch of 8 crowded L1.
 /// A/B in one sitting (2 rounds, p20/p50/p80, L1 / L2 past the first line): packed 512 B
@@ -576,17 +580,30 @@ fn prefetch_frame(
 /// 64 B packed p50 21.80 / 20.78, split 20.63 / 22.29; 1518 B (the same code path) packed
 /// 7.55 / 7.58, split 8.10 / 7.56. Every prefetch of the dequeue path to L2 instead lost at
 /// 1518 B (packed 7.52 / 6.81, split 7.88 / 7.62).
-const PREFETCH_WHOLE: usize = 512;
+///
+/// With the rest in L2, frames up to 1024 B are fetched whole too: at 512 it was 512 B, and
+/// frames of 513-1023 B got only their first line (the copy loop's prefetch began at 1024),
+/// so a 640-B frame went at 9 Mpps where a 512-B one went at 15. A/B in one sitting (2
+/// rounds, p20/p50/p80, 512 / 1024; both with the copy loop's prefetch for every frame not
+/// fetched whole): split 640 B 8.61/9.05/9.24 / 9.97/10.03/10.10, 768 B 8.61/8.97/9.12 /
+/// 9.17/9.21/9.26, 1024 B 7.85/7.97/8.03 / 7.91/7.98/8.20; packed 640 B 8.82/9.05/9.08 /
+/// 9.39/9.78/10.00, 768 B 8.68/8.75/8.78 / 9.10/9.21/9.29, 1024 B 7.84/7.94/8.26 /
+/// 8.04/8.13/8.21. (Starting the copy loop's prefetch above 512 instead of 1024, alone: 640 B
+/// level, 768 B split 8.31 -> 8.70, packed 7.71 -> 8.35.) Lost: fetching a batch whole only
+/// up to 4200 bytes ahead and the rest of it in the copy loop (split 640 B 10.07 -> 8.81,
+/// packed 9.57 -> 8.43, 1024 B 8.08 -> 7.69 / 8.03 -> 7.61). Frames past this length still
+/// go at fewer lines per second than 1518-B ones (perf at 768 B: 29% of rx_burst on the
+/// prefetch loop itself, the fill buffers full).
+const PREFETCH_WHOLE: usize = 1024;
 
 /// How much of the next frame the dequeue copy loop prefetches past its first line (which
-/// was fetched when its chain was taken), and from which chain length on. A/B
+/// was fetched when its chain was taken), for frames longer than [`PREFETCH_WHOLE`]. A/B
 /// in one sitting (virtio-user txonly -> our rxonly, Mpps p20/p50/p80, without / with): split
 /// 1518 B 5.80/5.84/5.86 / 6.81/7.17/7.83, packed 1518 B 5.90/6.05/6.18 / 6.21/6.34/6.88; split
 /// 512 B 10.68/10.97/11.01 / 10.63/10.66/10.69 (not prefetched: level). Lost: the same for
 /// 512-B frames (split 512 B p50 11.01 -> 10.09), and the whole frame rather than its first
 /// 512 bytes (split 1518 B p50 5.91 -> 5.17, packed 5.89 -> 5.01).
 const PREFETCH_MAX: usize = 448;
-const PREFETCH_FROM: usize = 1024;
 
 /// Copies a tx chain's frame (after its virtio-net header) into `m`.
 #[inline(always)]
