@@ -390,7 +390,7 @@ fn dequeue<V: Vring>(
             // A short frame is fetched whole, a long one's first line (the copy loop fetches
             // more of it while the frame before it is copied).
             let fetch = match walked {
-                Ok(total) if total as usize <= c.hdr_len + PREFETCH_WHOLE => {
+                Ok(total) if fetched_whole(total, c.hdr_len) => {
                     (total as usize).saturating_sub(c.hdr_len)
                 }
                 _ => 1,
@@ -410,10 +410,7 @@ fn dequeue<V: Vring>(
         // running when the next copy starts.
         for k in 0..nb {
             if let Some(n) = took[..nb].get(k + 1) {
-                if !n.zero_copy
-                    && n.walked
-                        .is_ok_and(|t| t as usize > c.hdr_len + PREFETCH_WHOLE)
-                {
+                if !n.zero_copy && n.walked.is_ok_and(|t| !fetched_whole(t, c.hdr_len)) {
                     let pieces = &s.batch[n.start as usize..n.end as usize];
                     prefetch_frame(&c.mem, pieces, c.hdr_len, 64, PREFETCH_MAX, false);
                 }
@@ -595,6 +592,13 @@ fn prefetch_frame(
 /// go at fewer lines per second than 1518-B ones (perf at 768 B: 29% of rx_burst on the
 /// prefetch loop itself, the fill buffers full).
 const PREFETCH_WHOLE: usize = 1024;
+
+/// Whether a tx chain of `total` bytes (its header included) has its frame prefetched whole
+/// when it is taken ([`PREFETCH_WHOLE`]); a longer one's is prefetched by the copy loop.
+#[inline(always)]
+fn fetched_whole(total: u32, hdr_len: usize) -> bool {
+    total as usize <= hdr_len + PREFETCH_WHOLE
+}
 
 /// How much of the next frame the dequeue copy loop prefetches past its first line (which
 /// was fetched when its chain was taken), for frames longer than [`PREFETCH_WHOLE`]. A/B
