@@ -1144,6 +1144,38 @@ fn hostile_packed_tx_chains_are_refused_and_the_next_frame_arrives_whole() {
         drv.assert_used(&g, head, 7, 0, what);
     }
 
+    // Bad chains between good ones in one burst: the good frames arrive in their order, each
+    // whole, and every chain is handed back.
+    let mut heads = Vec::new();
+    for (i, fill) in [0x51u8, 0, 0x52, 0, 0, 0x53].into_iter().enumerate() {
+        let id = 20 + i as u16;
+        let bufs = if fill == 0 {
+            vec![(far, l, 0)]
+        } else {
+            let (a, l) = g.frame(3 + i as u64, 60 + i, fill);
+            vec![(a, l, 0)]
+        };
+        heads.push((drv.post(&g, id, &bufs), id));
+    }
+    assert_eq!(
+        b.rxq.rx_burst(&mut b.got, 32),
+        3,
+        "good frames around bad ones"
+    );
+    for (i, fill) in [(0, 0x51u8), (2, 0x52), (5, 0x53)] {
+        assert_eq!(
+            b.got[frames].to_vec(),
+            vec![fill; 60 + i],
+            "frame {fill:#x}"
+        );
+        frames += 1;
+    }
+    bad += 3;
+    assert_eq!(b.tp.port.bad_chains(), bad, "the bad ones counted");
+    for (head, id) in heads {
+        drv.assert_used(&g, head, id, 0, "a mixed burst");
+    }
+
     // A valid indirect table: header and frame in two of its entries.
     let (a2, _) = g.frame(2, 100, 0x44);
     for (i, e) in [pd(a2, HDR as u32, 0, 0), pd(a2 + HDR as u64, 100, 0, 0)]
