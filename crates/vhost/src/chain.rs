@@ -63,8 +63,9 @@ pub enum Dir {
     Writable,
 }
 
-/// Walks chain `head`: `out` gets its buffers as pieces (it is cleared first; pass the same Vec
-/// every time, so no burst allocates); returns the chain's total length.
+/// Walks chain `head`: its buffers are appended to `out` as pieces (a burst walks its chains
+/// into one Vec, where they stay: copying them out again compiled to wide loads of fields just
+/// stored, a store forwarding stall per chain); returns the chain's total length.
 #[inline(always)]
 pub fn walk(
     ring: &SplitRing,
@@ -100,8 +101,9 @@ pub fn walk(
 /// Walks the packed chain that starts at slot `idx` (its head's flags said available): the
 /// slots up to the first without NEXT, wrapping at the end of the ring. Returns the chain (its
 /// buffer id is the last slot's) and the outcome of its walk; a refused chain is still walked
-/// to its end, so it can be handed back. A chain that does not end within the queue leaves no
-/// way to find the next one: the ring is broken.
+/// to its end, so it can be handed back (its pieces, as far as they were checked, stay appended
+/// to `out`). A chain that does not end within the queue leaves no way to find the next one:
+/// the ring is broken.
 #[inline(always)]
 pub fn walk_packed(
     ring: &PackedRing,
@@ -154,10 +156,9 @@ struct Walker<'a> {
 }
 
 impl<'a> Walker<'a> {
-    /// A walk that puts its pieces in `out` (cleared first).
+    /// A walk that appends its pieces to `out`.
     #[inline(always)]
     fn new(mem: &'a MemTable, dir: Dir, out: &'a mut Vec<Piece>) -> Walker<'a> {
-        out.clear();
         Walker {
             mem,
             dir,

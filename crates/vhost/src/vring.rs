@@ -116,7 +116,7 @@ pub trait Vring {
     /// A cursor at position `pos`; fails when the driver broke the ring.
     fn cursor(&self, pos: u16) -> Result<Self::Cursor, Broken>;
     fn cursor_pos(c: &Self::Cursor) -> u16;
-    /// The chain at `cur`, walked into `pieces` for buffers going `dir`.
+    /// The chain at `cur`, its buffers going `dir` appended to `pieces` (see [`crate::chain::walk`]).
     fn next(
         &self,
         mem: &MemTable,
