@@ -57,7 +57,8 @@ pub(crate) trait Source {
 }
 
 /// Receives up to `max` whole frames from `win` into `pkts`; returns the slots consumed. On an
-/// error the frames already pushed are still in `pkts` (the caller drops them).
+/// error the frames already pushed, and the one it met the error in, are in `pkts` (the caller
+/// drops them).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn receive<S: Source>(
@@ -93,26 +94,27 @@ pub(crate) fn receive<S: Source>(
             pf_next += 1;
         }
         let mut keep = true;
-        let mut m = if S::PARKED {
-            src.parked(slot, d, cache)?
+        // The frame is built where it stays, at the end of `pkts` (moving a filled Mbuf there
+        // afterwards compiled to wide loads of fields just stored narrow: store forwarding
+        // stalls).
+        if S::PARKED {
+            pkts.push(src.parked(slot, d, cache)?);
         } else {
             src.check(slot, d)?;
-            let Some(mut m) = cache.alloc() else {
+            if cache.alloc_up_to(pkts, 1) == 0 {
                 stats.nombuf += 1;
                 used = first;
                 break;
-            };
-            if let Err(e) = src.add(&mut m, slot, d, &mut keep, cache) {
-                cache.free(m);
-                return Err(e);
             }
-            m
-        };
+        }
+        let m = pkts.last_mut().expect("pushed just above");
+        if !S::PARKED {
+            src.add(m, slot, d, &mut keep, cache)?;
+        }
         let mut flags = d.flags;
         while flags & DESC_FLAG_NEXT != 0 {
             if used == avail {
                 // A chain must be published whole.
-                cache.free(m);
                 return Err(chain_past_end(S::END, win.slot(first), win.end));
             }
             let slot = win.slot(used);
@@ -122,20 +124,15 @@ pub(crate) fn receive<S: Source>(
                 src.prefetch(ring, win.slot(pf_next));
                 pf_next += 1;
             }
-            let added = src
-                .check(slot, d)
-                .and_then(|_| src.add(&mut m, slot, d, &mut keep, cache));
-            if let Err(e) = added {
-                cache.free(m);
-                return Err(e);
-            }
+            src.check(slot, d)
+                .and_then(|_| src.add(m, slot, d, &mut keep, cache))?;
             flags = d.flags;
         }
         if keep {
             bytes += m.len() as u64;
-            pkts.push(m);
         } else {
             stats.nombuf += 1; // the pool ran dry in the middle of a chain: dropped
+            let m = pkts.pop().expect("the frame just built");
             cache.free(m);
         }
     }
