@@ -88,9 +88,8 @@ struct State {
     last_avail: u16,
     used: u16,
     cache: PoolCache,
-    /// The pieces of the one chain an enqueue writes outside its batches.
-    pieces: Vec<Piece>,
-    /// A batch's chains walked into one list, chain after chain.
+    /// A batch's chains walked into one list, chain after chain (an enqueue's one-frame path
+    /// reuses it once the batch is copied).
     batch: Vec<Piece>,
     stats: QueueStats,
     /// Polls in a row that found the guest's tx ring empty (see [`IDLE_PAUSES`]).
@@ -118,7 +117,6 @@ impl Core {
                 last_avail: 0,
                 used: 0,
                 cache,
-                pieces: Vec::new(),
                 batch: Vec::new(),
                 stats: QueueStats::default(),
                 idle_polls: 0,
@@ -774,7 +772,7 @@ fn enqueue<V: Vring>(
         let w = if c.mrg_rxbuf {
             write_merged(r, c, &mut cur, &mut used, m, &mut s.batch, spans)
         } else {
-            write_one(r, c, &mut cur, &mut used, m, &mut s.pieces)
+            write_one(r, c, &mut cur, &mut used, m, &mut s.batch)
         };
         match w {
             Written::Chains(n) => {
