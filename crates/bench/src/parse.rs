@@ -35,6 +35,49 @@ pub fn periodic_count(line: &str, which: Counter) -> Option<u64> {
     (words.next()? == beside).then_some(count)
 }
 
+/// The port a periodic statistics block is for (its `NIC statistics for port K` heading);
+/// `None` for any other line.
+pub fn block_port(line: &str) -> Option<usize> {
+    let rest = line.split_once("NIC statistics for port ")?.1;
+    let digits: &str = &rest[..rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len())];
+    digits.parse().ok()
+}
+
+/// The cumulative counts of a process with several ports (a MEMNIC scaling run): each port's
+/// latest, and their sum, which is what a stamp carries.
+#[derive(Debug, Default)]
+pub struct PortCounts {
+    /// The port of the block being read (0 until a heading says otherwise).
+    port: usize,
+    rx: Vec<u64>,
+    tx: Vec<u64>,
+}
+
+impl PortCounts {
+    /// Reads one line; returns the sum over ports of `which` when the line updated it.
+    pub fn read(&mut self, line: &str, which: Counter) -> Option<u64> {
+        if let Some(p) = block_port(line) {
+            // A port number past any real testpmd's is garbage: keep the sums bounded.
+            if p < 1024 {
+                self.port = p;
+            }
+            return None;
+        }
+        let count = periodic_count(line, which)?;
+        let per_port = match which {
+            Counter::Rx => &mut self.rx,
+            Counter::Tx => &mut self.tx,
+        };
+        if per_port.len() <= self.port {
+            per_port.resize(self.port + 1, 0);
+        }
+        per_port[self.port] = count;
+        Some(per_port.iter().fold(0u64, |a, &c| a.saturating_add(c)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +119,32 @@ mod tests {
         );
         // Its receive side counted nothing; the stop totals (TX-dropped) are not read.
         assert_eq!(counts(text, Counter::Rx), vec![0; 5]);
+    }
+
+    #[test]
+    fn several_ports_are_summed() {
+        let text = "\
+  ######################## NIC statistics for port 0  ########################
+  RX-packets: 100        RX-missed: 0          RX-bytes:  6400
+  TX-packets: 0          TX-errors: 0          TX-bytes:  0
+  ######################## NIC statistics for port 1  ########################
+  RX-packets: 40         RX-missed: 0          RX-bytes:  2560
+  TX-packets: 0          TX-errors: 0          TX-bytes:  0
+  ######################## NIC statistics for port 0  ########################
+  RX-packets: 250        RX-missed: 0          RX-bytes:  16000
+  ######################## NIC statistics for port 1  ########################
+  RX-packets: 90         RX-missed: 0          RX-bytes:  5760
+";
+        let mut c = PortCounts::default();
+        let sums: Vec<u64> = text
+            .lines()
+            .filter_map(|l| c.read(l, Counter::Rx))
+            .collect();
+        // Each line stamps the sum of every port's latest count.
+        assert_eq!(sums, [100, 140, 290, 340]);
+        assert_eq!(block_port("NIC statistics for port 12  ###"), Some(12));
+        assert_eq!(block_port("NIC statistics for port x"), None);
+        assert_eq!(block_port("RX-packets: 1 RX-missed: 0"), None);
     }
 
     #[test]

@@ -18,11 +18,19 @@ pub enum Bench {
         /// needed); both: also the mixed pairs (memnic server <- DPDK client and the reverse)
         #[arg(long, value_enum, default_value_t = Peer::Dpdk)]
         peer: Peer,
+        /// Queue pairs, comma-separated: `1,2,4,8` measures scaling, each queue on its own
+        /// lcore on each side (above 1 runs memnic<->memnic alone: add --peer memnic)
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        queues: Vec<u16>,
         #[command(flatten)]
         common: Common,
     },
     /// MEMNIC, two memnic testpmd processes over one region: host->guest and guest->host
     Memnic {
+        /// Queue pairs, comma-separated: `1,2,4,8` measures scaling. A MEMNIC device has one
+        /// queue pair, so N pairs are N devices, each on its own lcore on each side
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        queues: Vec<u16>,
         #[command(flatten)]
         common: Common,
     },
@@ -71,7 +79,8 @@ pub struct Common {
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// A,B: the CPUs of the two sides (A: memif server, MEMNIC host, vhost backend, tester host
-    /// emulator; B: the other); default: the first two CPUs this process may use
+    /// emulator; B: the other); with --queues above 1, two CPU lists A/B (`0-7/8-15`), a CPU
+    /// per queue on each side; default: the first CPUs this process may use
     #[arg(long)]
     pub cpus: Option<String>,
     /// No progress bar
@@ -128,9 +137,13 @@ pub enum Run {
     Memif {
         server: Impl,
         client: Impl,
+        /// Queue pairs of the port, each polled by its own lcore on each side.
+        queues: u16,
     },
     Memnic {
         host_sends: bool,
+        /// MEMNIC devices (one queue pair each), each polled by its own lcore on each side.
+        ports: u16,
     },
     Tester(Variant),
     Vhost {
@@ -145,7 +158,7 @@ pub enum Run {
 impl Run {
     fn uses_dpdk(self) -> bool {
         match self {
-            Run::Memif { server, client } => server == Impl::Dpdk || client == Impl::Dpdk,
+            Run::Memif { server, client, .. } => server == Impl::Dpdk || client == Impl::Dpdk,
             Run::Memnic { .. } | Run::Tester(_) | Run::Limit { .. } => false,
             // The frontend is always DPDK's virtio-user.
             Run::Vhost { .. } => true,
@@ -182,6 +195,21 @@ impl Case {
 pub struct VariantSpec {
     pub label: String,
     pub run: Run,
+    /// The variant this one is divided by (DPDK's pair, or the same pair with one queue).
+    pub baseline: Option<usize>,
+    /// Queue pairs, each with its lcore per side (1 but in a scaling run).
+    pub pairs: u16,
+}
+
+impl VariantSpec {
+    fn one_pair(label: String, run: Run, baseline: Option<usize>) -> VariantSpec {
+        VariantSpec {
+            label,
+            run,
+            baseline,
+            pairs: 1,
+        }
+    }
 }
 
 /// Everything the bench will do.
@@ -200,14 +228,17 @@ pub struct Plan {
     pub cases: Vec<Case>,
     pub sizes: Vec<u32>,
     pub variants: Vec<VariantSpec>,
-    /// The variant the others are divided by (DPDK's), if any.
-    pub baseline: Option<usize>,
+    /// A scaling run (`--queues` other than 1): each variant's ratio is over N times its
+    /// one-queue baseline, and its fraction of the limit over N times the one-pair limit.
+    pub per_pair: bool,
     /// The limit probe's variant (the last), unless `--no-limit`.
     pub limit: Option<usize>,
     pub rounds: usize,
     pub seconds: u64,
-    /// (A, B): see [`Common::cpus`].
+    /// (A, B): see [`Common::cpus`]; the first CPU of each side.
     pub cpus: (usize, usize),
+    /// Every CPU of each side, one per queue pair (as many as the most pairs asked for).
+    pub sides: (Vec<usize>, Vec<usize>),
     pub json: bool,
     pub svg: Option<PathBuf>,
     pub quiet: bool,
@@ -237,7 +268,7 @@ impl Plan {
 pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     let (bench, common) = match &args.bench {
         Bench::Memif { common, .. } => ("memif", common),
-        Bench::Memnic { common } => ("memnic", common),
+        Bench::Memnic { common, .. } => ("memnic", common),
         Bench::Tester { common, .. } => ("tester", common),
         Bench::Vhost { common, .. } => ("vhost", common),
     };
@@ -274,8 +305,29 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
             ));
         }
     }
-    let cpus = cpus(common.cpus.as_deref(), allowed_cpus)?;
-    let (a, b) = cpus;
+    let queues = match &args.bench {
+        Bench::Memif { queues, .. } | Bench::Memnic { queues, .. } => {
+            let mut q = queues.clone();
+            if let Some(bad) = q.iter().find(|n| !(1..=MAX_QUEUES).contains(*n)) {
+                return Err(format!("--queues: {bad} is outside 1..={MAX_QUEUES}"));
+            }
+            q.sort_unstable();
+            q.dedup();
+            q
+        }
+        _ => vec![1],
+    };
+    let per_pair = queues != [1];
+    if per_pair && matches!(args.bench, Bench::Memif { peer, .. } if peer != Peer::Memnic) {
+        return Err("--queues other than 1 runs memnic<->memnic alone: add --peer memnic".into());
+    }
+    let most = usize::from(queues.iter().copied().max().unwrap_or(1));
+    let sides = sides(common.cpus.as_deref(), allowed_cpus, most)?;
+    let cpus = (sides.0[0], sides.1[0]);
+    let (a, b) = (
+        memnic_numa::format_cpu_list(&sides.0),
+        memnic_numa::format_cpu_list(&sides.1),
+    );
     let mut cases = vec![Case::Only];
     let mut windows = "~2-s windows of the receiver's counters, stamped by the bench's clock";
     // The copies a frame costs in the pairs of this bench, for the limit probe: memif copy
@@ -283,48 +335,86 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     // emulator with its PMD); virtio-user writes only a frame's headers and our vhost backend
     // or DPDK's copies the frame once.
     let copies = if bench == "vhost" { 1 } else { 2 };
-    let (title, method, heading, mut variants, baseline) = match &args.bench {
+    // A scaling run's label: the pair and its queue count.
+    let scaled = |label: &str, n: u16| {
+        if per_pair {
+            format!("{label} x{n}")
+        } else {
+            label.to_string()
+        }
+    };
+    // One variant per queue count of one pair, each divided by the pair's one-queue variant.
+    let per_queues = |variants: &mut Vec<VariantSpec>, label: &str, run: &dyn Fn(u16) -> Run| {
+        let first = variants.len();
+        let one = queues.iter().position(|&n| n == 1).map(|i| first + i);
+        for &n in &queues {
+            variants.push(VariantSpec {
+                label: scaled(label, n),
+                run: run(n),
+                baseline: one.filter(|&o| o != variants.len()),
+                pairs: n,
+            });
+        }
+    };
+    let sides_say = if per_pair { "CPUs" } else { "CPU" };
+    let (title, method, heading, mut variants) = match &args.bench {
         Bench::Memif { peer, .. } => {
-            let mut pairs = vec![];
-            if *peer != Peer::Memnic {
-                pairs.push((Impl::Dpdk, Impl::Dpdk));
+            let mut variants = vec![];
+            if per_pair {
+                per_queues(&mut variants, "memnic<-memnic", &|queues| Run::Memif {
+                    server: Impl::Memnic,
+                    client: Impl::Memnic,
+                    queues,
+                });
+            } else {
+                let mut pairs = vec![];
+                if *peer != Peer::Memnic {
+                    pairs.push((Impl::Dpdk, Impl::Dpdk));
+                }
+                pairs.push((Impl::Memnic, Impl::Memnic));
+                if *peer == Peer::Both {
+                    pairs.push((Impl::Memnic, Impl::Dpdk));
+                    pairs.push((Impl::Dpdk, Impl::Memnic));
+                }
+                let baseline = (*peer != Peer::Memnic).then_some(0);
+                variants = pairs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (server, client))| {
+                        VariantSpec::one_pair(
+                            format!("{}<-{}", server.name(), client.name()),
+                            Run::Memif {
+                                server,
+                                client,
+                                queues: 1,
+                            },
+                            baseline.filter(|&b| b != i),
+                        )
+                    })
+                    .collect();
             }
-            pairs.push((Impl::Memnic, Impl::Memnic));
-            if *peer == Peer::Both {
-                pairs.push((Impl::Memnic, Impl::Dpdk));
-                pairs.push((Impl::Dpdk, Impl::Memnic));
-            }
-            let variants = pairs
-                .into_iter()
-                .map(|(server, client)| VariantSpec {
-                    label: format!("{}<-{}", server.name(), client.name()),
-                    run: Run::Memif { server, client },
-                })
-                .collect();
             (
                 "memif copy mode, txonly -> rxonly".to_string(),
-                format!("server (receiver) on CPU {a}, client (sender) on CPU {b}; pair: server<-client"),
+                format!("server (receiver) on {sides_say} {a}, client (sender) on {sides_say} {b}; pair: server<-client"),
                 "server<-client",
                 variants,
-                (*peer != Peer::Memnic).then_some(0),
             )
         }
-        Bench::Memnic { .. } => (
-            "MEMNIC, two memnic testpmd processes, txonly -> rxonly".to_string(),
-            format!("host on CPU {a}, guest on CPU {b}"),
-            "direction",
-            vec![
-                VariantSpec {
-                    label: "host->guest".into(),
-                    run: Run::Memnic { host_sends: true },
-                },
-                VariantSpec {
-                    label: "guest->host".into(),
-                    run: Run::Memnic { host_sends: false },
-                },
-            ],
-            None,
-        ),
+        Bench::Memnic { .. } => {
+            let mut variants = vec![];
+            for (label, host_sends) in [("host->guest", true), ("guest->host", false)] {
+                per_queues(&mut variants, label, &|ports| Run::Memnic {
+                    host_sends,
+                    ports,
+                });
+            }
+            (
+                "MEMNIC, two memnic testpmd processes, txonly -> rxonly".to_string(),
+                format!("host on {sides_say} {a}, guest on {sides_say} {b}"),
+                "direction",
+                variants,
+            )
+        }
         Bench::Tester { variants, .. } => {
             let variants = if variants.is_empty() {
                 Variant::ALL.to_vec()
@@ -339,12 +429,15 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                 "variant",
                 variants
                     .into_iter()
-                    .map(|v| VariantSpec {
-                        label: v.name().into(),
-                        run: Run::Tester(v),
+                    .enumerate()
+                    .map(|(i, v)| {
+                        VariantSpec::one_pair(
+                            v.name().into(),
+                            Run::Tester(v),
+                            baseline.filter(|&b| b != i),
+                        )
                     })
                     .collect(),
-                baseline,
             )
         }
         Bench::Vhost { rings, dirs, .. } => {
@@ -367,23 +460,27 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                 "backend",
                 [Impl::Dpdk, Impl::Memnic]
                     .into_iter()
-                    .map(|backend| VariantSpec {
-                        label: backend.name().into(),
-                        run: Run::Vhost { backend },
+                    .enumerate()
+                    .map(|(i, backend)| {
+                        VariantSpec::one_pair(
+                            backend.name().into(),
+                            Run::Vhost { backend },
+                            (i != 0).then_some(0),
+                        )
                     })
                     .collect(),
-                Some(0),
             )
         }
     };
     let limit = (!common.no_limit).then(|| {
-        variants.push(VariantSpec {
-            label: format!(
+        variants.push(VariantSpec::one_pair(
+            format!(
                 "limit ({copies} cop{})",
                 if copies == 1 { "y" } else { "ies" }
             ),
-            run: Run::Limit { copies },
-        });
+            Run::Limit { copies },
+            None,
+        ));
         variants.len() - 1
     });
     Ok(Plan {
@@ -395,45 +492,76 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
         cases,
         sizes,
         variants,
-        baseline,
+        per_pair,
         limit,
         rounds: common.rounds,
         seconds: common.seconds,
         cpus,
+        sides,
         json: common.json,
         svg: common.svg.clone(),
         quiet: common.quiet,
     })
 }
 
-/// `--cpus A,B`, or the first two CPUs this process may use.
-fn cpus(flag: Option<&str>, allowed: &[usize]) -> Result<(usize, usize), String> {
+/// The most queue pairs a scaling run asks for (eight per side fill a 16-CPU machine).
+pub const MAX_QUEUES: u16 = 64;
+
+/// The CPUs of each side, `n` each: `--cpus A,B` (one queue), `--cpus LIST/LIST`, or the first
+/// `2n` CPUs this process may use (side A the first `n`).
+fn sides(
+    flag: Option<&str>,
+    allowed: &[usize],
+    n: usize,
+) -> Result<(Vec<usize>, Vec<usize>), String> {
     let Some(s) = flag else {
-        return match allowed {
-            [a, b, ..] => Ok((*a, *b)),
-            _ => Err(format!(
-                "the bench needs two CPUs, one per side; this process may use {allowed:?}"
-            )),
-        };
+        if allowed.len() < 2 * n {
+            return Err(if n == 1 {
+                format!("the bench needs two CPUs, one per side; this process may use {allowed:?}")
+            } else {
+                format!(
+                    "--queues {n} needs {} CPUs, {n} per side; this process may use {allowed:?}",
+                    2 * n
+                )
+            });
+        }
+        return Ok((allowed[..n].to_vec(), allowed[n..2 * n].to_vec()));
     };
-    let parsed: Vec<Option<usize>> = s.split(',').map(|c| c.trim().parse().ok()).collect();
-    let (a, b) = match parsed[..] {
-        [Some(a), Some(b)] => (a, b),
-        _ => {
-            return Err(format!(
-                "--cpus '{s}' is not two CPU numbers A,B (for example 0,1)"
-            ))
+    let (a, b) = if let Some((a, b)) = s.split_once('/') {
+        let list = |l: &str| {
+            memnic_numa::parse_cpu_list(l)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("--cpus {s}: '{l}' is not a CPU list like 0-3 or 0,2,4"))
+        };
+        (list(a)?, list(b)?)
+    } else {
+        let parsed: Vec<Option<usize>> = s.split(',').map(|c| c.trim().parse().ok()).collect();
+        match parsed[..] {
+            [Some(a), Some(b)] => (vec![a], vec![b]),
+            _ => {
+                return Err(format!(
+                    "--cpus '{s}' is not two CPU numbers A,B (for example 0,1) nor two CPU lists A/B (0-3/4-7)"
+                ))
+            }
         }
     };
-    if a == b {
-        return Err(format!("--cpus {s}: the two sides need two different CPUs"));
+    if let Some(c) = a.iter().find(|c| b.contains(c)) {
+        return Err(format!(
+            "--cpus {s}: CPU {c} is on both sides; the two sides need different CPUs"
+        ));
     }
-    if let Some(c) = [a, b].into_iter().find(|c| !allowed.contains(c)) {
+    if let Some(c) = a.iter().chain(&b).find(|c| !allowed.contains(c)) {
         return Err(format!(
             "--cpus {s}: CPU {c} is not available to this process (allowed: {allowed:?})"
         ));
     }
-    Ok((a, b))
+    if a.len() < n || b.len() < n {
+        return Err(format!(
+            "--cpus {s}: --queues {n} needs {n} CPUs on each side, a queue's lcore per CPU"
+        ));
+    }
+    Ok((a[..n].to_vec(), b[..n].to_vec()))
 }
 
 #[cfg(test)]
@@ -453,6 +581,10 @@ mod tests {
         plan(cli.args, &[0, 1, 2])
     }
 
+    fn baselines(p: &Plan) -> Vec<Option<usize>> {
+        p.variants.iter().map(|v| v.baseline).collect()
+    }
+
     fn labels(p: &Plan) -> Vec<&str> {
         p.variants.iter().map(|v| v.label.as_str()).collect()
     }
@@ -464,12 +596,13 @@ mod tests {
             labels(&p),
             ["dpdk<-dpdk", "memnic<-memnic", "limit (2 copies)"]
         );
-        assert_eq!((p.baseline, p.limit), (Some(0), Some(2)));
+        assert_eq!(baselines(&p), [None, Some(0), None]);
+        assert_eq!(p.limit, Some(2));
         assert!(p.uses_dpdk());
         let p = plan_of("memif --peer memnic --no-limit").unwrap();
         assert_eq!(labels(&p), ["memnic<-memnic"]);
         assert_eq!(p.limit, None);
-        assert_eq!(p.baseline, None);
+        assert_eq!(baselines(&p), [None]);
         assert!(!p.uses_dpdk());
         let p = plan_of("memif --peer both").unwrap();
         assert_eq!(
@@ -494,6 +627,55 @@ mod tests {
     }
 
     #[test]
+    fn scaling_runs() {
+        let cli = Cli::try_parse_from(
+            "bench memif --peer memnic --queues 4,1,2 --cpus 0-3/8,10-12".split_whitespace(),
+        )
+        .unwrap();
+        let p = plan(cli.args, &(0..16).collect::<Vec<_>>()).unwrap();
+        assert_eq!(
+            labels(&p),
+            [
+                "memnic<-memnic x1",
+                "memnic<-memnic x2",
+                "memnic<-memnic x4",
+                "limit (2 copies)"
+            ]
+        );
+        // Each divided by the one-queue run of its pair.
+        assert_eq!(baselines(&p), [None, Some(0), Some(0), None]);
+        let pairs: Vec<u16> = p.variants.iter().map(|v| v.pairs).collect();
+        assert_eq!(pairs, [1, 2, 4, 1]);
+        assert!(p.per_pair);
+        assert_eq!(p.sides, (vec![0, 1, 2, 3], vec![8, 10, 11, 12]));
+        assert_eq!(p.cpus, (0, 8));
+        assert!(p.method.contains("CPUs 0-3"), "{}", p.method);
+        // MEMNIC: one device per pair, both directions, each over its own x1; by default the
+        // first CPUs this process may use, side A first.
+        let cli = Cli::try_parse_from("bench memnic --queues 1,2".split_whitespace()).unwrap();
+        let p = plan(cli.args, &[0, 1, 2, 3, 4]).unwrap();
+        assert_eq!(
+            labels(&p),
+            [
+                "host->guest x1",
+                "host->guest x2",
+                "guest->host x1",
+                "guest->host x2",
+                "limit (2 copies)"
+            ]
+        );
+        assert_eq!(baselines(&p), [None, Some(0), None, Some(2), None]);
+        assert_eq!(p.sides, (vec![0, 1], vec![2, 3]));
+        // Without --queues nothing changes: one pair, no scaling.
+        let p = plan_of("memnic").unwrap();
+        assert_eq!(
+            labels(&p),
+            ["host->guest", "guest->host", "limit (2 copies)"]
+        );
+        assert!(!p.per_pair);
+    }
+
+    #[test]
     fn vhost_cases_and_tester_variants() {
         let p = plan_of("vhost --rings packed --dirs enq,deq").unwrap();
         let cases: Vec<String> = p.cases.iter().map(|c| c.label()).collect();
@@ -503,7 +685,7 @@ mod tests {
         assert_eq!(labels(&p), ["dpdk", "memnic", "limit (1 copy)"]);
         let p = plan_of("tester --variants memnic,2014-before --sizes 4088 --no-limit").unwrap();
         assert_eq!(labels(&p), ["memnic", "2014-before"]);
-        assert_eq!(p.baseline, Some(1));
+        assert_eq!(baselines(&p), [Some(1), None]);
         assert!(!p.uses_dpdk());
     }
 
@@ -517,7 +699,15 @@ mod tests {
             ("memnic --seconds 2", "--seconds 2 is too short"),
             ("memnic --cpus 1", "--cpus '1' is not two CPU numbers"),
             ("memnic --cpus a,b", "--cpus 'a,b' is not two CPU numbers"),
-            ("memnic --cpus 1,1", "two different CPUs"),
+            ("memnic --cpus 1,1", "CPU 1 is on both sides"),
+            ("memnic --cpus 0/x", "'x' is not a CPU list"),
+            (
+                "memnic --queues 2 --cpus 0,1",
+                "--queues 2 needs 2 CPUs on each side",
+            ),
+            ("memnic --queues 2", "--queues 2 needs 4 CPUs, 2 per side"),
+            ("memnic --queues 0", "--queues: 0 is outside 1..=64"),
+            ("memif --queues 1,2 --cpus 0/1", "add --peer memnic"),
             ("memnic --cpus 0,7", "CPU 7 is not available"),
             (
                 "memnic --svg /nonexistent-dir/x.svg",

@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::parse::{periodic_count, Counter};
+use crate::parse::{Counter, PortCounts};
 use crate::stats::Stamp;
 
 const TAIL_LINES: usize = 12;
@@ -164,16 +164,18 @@ impl Drop for Proc {
 fn read_lines(stream: Box<dyn Read + Send>, shared: &Shared, clock: Instant, ready: &str) {
     let mut r = BufReader::new(stream);
     let mut buf = Vec::new();
+    // A process with several ports prints a block per port: a stamp carries their sum.
+    let mut counts = PortCounts::default();
     while r.read_until(b'\n', &mut buf).unwrap_or(0) > 0 {
         // Stamped before anything else is done with the line.
         let secs = clock.elapsed().as_secs_f64();
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end();
         let mut seen = shared.lock();
-        if let Some(count) = periodic_count(line, Counter::Rx) {
+        if let Some(count) = counts.read(line, Counter::Rx) {
             seen.rx.push(Stamp { secs, count });
         }
-        if let Some(count) = periodic_count(line, Counter::Tx) {
+        if let Some(count) = counts.read(line, Counter::Tx) {
             seen.tx.push(Stamp { secs, count });
         }
         if line.contains(ready) {

@@ -74,24 +74,27 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
     for (ci, case) in plan.cases.iter().enumerate() {
         for (si, &size) in plan.sizes.iter().enumerate() {
             let cell = &res.windows[ci][si];
-            let base = plan.baseline.and_then(|b| Summary::of(&cell[b]));
             let limit = plan.limit.and_then(|l| Summary::of(&cell[l]));
             for (vi, v) in plan.variants.iter().enumerate() {
                 let s = Summary::of(&cell[vi]);
                 let is_limit = plan.limit == Some(vi);
-                let has_base = plan.baseline.is_some_and(|b| b != vi) && !is_limit;
-                let r = |f: fn(&Summary) -> f64| {
-                    if has_base {
-                        ratio(s.as_ref().map(f), base.as_ref().map(f))
-                    } else {
-                        None
-                    }
+                let base = v.baseline.map(|b| Summary::of(&cell[b]));
+                // A scaling run divides by N times the one-pair figure: 1.0 is perfect scaling.
+                let pairs = if plan.per_pair {
+                    f64::from(v.pairs)
+                } else {
+                    1.0
+                };
+                let per = |r: Option<f64>| r.map(|r| r / pairs);
+                let r = |f: fn(&Summary) -> f64| match &base {
+                    Some(b) => per(ratio(s.as_ref().map(f), b.as_ref().map(f))),
+                    None => None,
                 };
                 let of_limit = |f: fn(&Summary) -> f64| {
                     if is_limit {
                         None
                     } else {
-                        ratio(s.as_ref().map(f), limit.as_ref().map(f))
+                        per(ratio(s.as_ref().map(f), limit.as_ref().map(f)))
                     }
                 };
                 rows.push(Row {
@@ -104,8 +107,7 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
                     min: s.map(|s| s.min),
                     max: s.map(|s| s.max),
                     windows: cell[vi].len(),
-                    baseline: has_base
-                        .then(|| plan.variants[plan.baseline.unwrap_or(0)].label.clone()),
+                    baseline: v.baseline.map(|b| plan.variants[b].label.clone()),
                     ratio_p20: r(|s| s.p20),
                     ratio_p50: r(|s| s.p50),
                     ratio_p80: r(|s| s.p80),
@@ -151,7 +153,8 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
     let _ = writeln!(
         s,
         "p20 ~ the machine's slow state, p80 ~ its fast state; n: windows{}{}",
-        match plan.baseline {
+        match plan.variants.iter().find_map(|v| v.baseline) {
+            Some(_) if plan.per_pair => "; xN: N queue pairs, an lcore each per side; ratio: over N times the same pair's x1 at the same quantile (1.00: perfect scaling)".to_string(),
             Some(b) => format!(
                 "; ratio: over {} at the same quantile",
                 plan.variants[b].label
@@ -160,7 +163,8 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
         },
         match plan.limit {
             Some(l) => format!(
-                "; of limit: the fraction of {} at the same quantile (two pinned threads moving frames through a bare slot ring, nothing else)",
+                "; of limit: the fraction of {}{} at the same quantile (two pinned threads moving frames through a bare slot ring, nothing else)",
+                if plan.per_pair { "N times " } else { "" },
                 plan.variants[l].label
             ),
             None => String::new(),
@@ -180,7 +184,8 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
             String::new()
         }
     };
-    let ratio_head = if plan.baseline.is_some() {
+    let has_ratios = plan.variants.iter().any(|v| v.baseline.is_some());
+    let ratio_head = if has_ratios {
         "  ratio p20  p50  p80"
     } else {
         ""
@@ -211,7 +216,7 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
             _ => "-".into(),
         };
         let mut ratios = String::new();
-        if plan.baseline.is_some() {
+        if has_ratios {
             ratios = if r.baseline.is_some() {
                 format!(
                     "       {} {} {}",
@@ -388,21 +393,28 @@ mod tests {
                     run: Run::Memif {
                         server: Impl::Dpdk,
                         client: Impl::Dpdk,
+                        queues: 1,
                     },
+                    baseline: None,
+                    pairs: 1,
                 },
                 VariantSpec {
                     label: "memnic<-memnic".into(),
                     run: Run::Memif {
                         server: Impl::Memnic,
                         client: Impl::Memnic,
+                        queues: 1,
                     },
+                    baseline: Some(0),
+                    pairs: 1,
                 },
             ],
-            baseline: Some(0),
+            per_pair: false,
             limit: None,
             rounds: 1,
             seconds: 4,
             cpus: (0, 1),
+            sides: (vec![0], vec![1]),
             json: false,
             svg: None,
             quiet: true,
@@ -453,6 +465,8 @@ mod tests {
         p.variants.push(VariantSpec {
             label: "limit (2 copies)".into(),
             run: Run::Limit { copies: 2 },
+            baseline: None,
+            pairs: 1,
         });
         p.limit = Some(2);
         let mut res = Results::new(&p);
@@ -487,6 +501,47 @@ mod tests {
             line("limit (2 copies)").ends_with("40.00-40.00    6"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn a_scaling_run_divides_by_n_times_one_pair() {
+        let mut p = plan();
+        p.per_pair = true;
+        p.variants = [1u16, 2, 4]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| VariantSpec {
+                label: format!("memnic<-memnic x{n}"),
+                run: Run::Memif {
+                    server: Impl::Memnic,
+                    client: Impl::Memnic,
+                    queues: n,
+                },
+                baseline: (i > 0).then_some(0),
+                pairs: n,
+            })
+            .collect();
+        p.variants.push(VariantSpec {
+            label: "limit (2 copies)".into(),
+            run: Run::Limit { copies: 2 },
+            baseline: None,
+            pairs: 1,
+        });
+        p.limit = Some(3);
+        let mut res = Results::new(&p);
+        res.windows[0][0][0] = vec![10.0; 6];
+        res.windows[0][0][1] = vec![17.0; 6];
+        res.windows[0][0][2] = vec![40.0; 6];
+        res.windows[0][0][3] = vec![50.0; 6];
+        let rows = rows(&p, &res);
+        // x2: 17 over 2 x 10; x4: 40 over 4 x 10; each against N times the one-pair limit.
+        assert_eq!(rows[1].ratio_p50, Some(0.85));
+        assert_eq!(rows[2].ratio_p50, Some(1.0));
+        assert_eq!(rows[1].of_limit_p50, Some(0.17));
+        assert_eq!(rows[0].of_limit_p50, Some(0.2));
+        let t = table(&p, &rows, &swings(&p, &res));
+        assert!(t.contains("over N times the same pair's x1"), "{t}");
+        assert!(t.contains("fraction of N times limit (2 copies)"), "{t}");
     }
 
     #[test]

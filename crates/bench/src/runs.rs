@@ -72,8 +72,17 @@ impl Ctx {
         self.dir.join("bench.sock")
     }
 
-    fn shm_path(&self) -> PathBuf {
-        Path::new("/dev/shm").join(&self.shm)
+    /// The name of MEMNIC device `k`'s region (under /dev/shm).
+    fn shm_name(&self, k: usize) -> String {
+        format!("{}-{k}", self.shm)
+    }
+
+    /// The socket and every region a run may have left.
+    fn remove_files(&self) {
+        let _ = std::fs::remove_file(self.sock());
+        for k in 0..usize::from(crate::plan::MAX_QUEUES) {
+            let _ = std::fs::remove_file(Path::new("/dev/shm").join(self.shm_name(k)));
+        }
     }
 
     fn prefix(&self, side: &str) -> String {
@@ -86,8 +95,8 @@ const DPDK_SIDES: [&str; 4] = ["server", "client", "backend", "frontend"];
 
 impl Drop for Ctx {
     fn drop(&mut self) {
+        self.remove_files();
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = std::fs::remove_file(self.shm_path());
         // DPDK leaves its runtime directory (named by our --file-prefix) behind at exit:
         // /var/run/dpdk for root, $XDG_RUNTIME_DIR/dpdk otherwise.
         let mut roots = vec![PathBuf::from("/var/run/dpdk")];
@@ -127,26 +136,54 @@ struct Pair {
     counter: Counter,
 }
 
-/// Our testpmd on `cpu`.
-fn ours(ctx: &Ctx, name: &str, cpu: usize, vdev: String, mode: &str, size: u32) -> Side {
-    Side {
-        name: format!("memnic testpmd ({name})"),
-        program: ctx.ours.clone(),
-        args: [
-            "testpmd",
-            "-l",
-            &cpu.to_string(),
-            "--vdev",
-            &vdev,
+/// Our testpmd on `cpus` (one forwarding lcore each) with the ports `vdevs`, each with
+/// `queues` queue pairs; a scaling run also places each queue's rings and buffers on its lcore's
+/// node (`--ring-bind-lcpu`), as RSS-style scaling wants.
+struct Ours<'a> {
+    cpus: &'a [usize],
+    vdevs: Vec<String>,
+    queues: u16,
+    mode: &'a str,
+    size: u32,
+}
+
+fn ours(ctx: &Ctx, plan: &Plan, name: &str, o: Ours) -> Side {
+    let mut args: Vec<String> = vec![
+        "testpmd".into(),
+        "-l".into(),
+        memnic_numa::format_cpu_list(o.cpus),
+    ];
+    if o.vdevs.len() > 1 {
+        // Each port forwards to itself, so port k's queues are all on lcore k (paired ports
+        // would put port 0's rx and port 1's tx on one lcore).
+        args.extend(["--port-topology".into(), "loop".into()]);
+    }
+    for v in o.vdevs {
+        args.push("--vdev".into());
+        args.push(v);
+    }
+    if o.queues > 1 {
+        args.extend(["--rxq".into(), o.queues.to_string()]);
+        args.extend(["--txq".into(), o.queues.to_string()]);
+    }
+    if plan.per_pair {
+        args.push("--ring-bind-lcpu".into());
+    }
+    args.extend(
+        [
             "--forward-mode",
-            mode,
+            o.mode,
             "--txpkts",
-            &size.to_string(),
+            &o.size.to_string(),
             "--stats-period",
             "1",
         ]
-        .map(String::from)
-        .to_vec(),
+        .map(String::from),
+    );
+    Side {
+        name: format!("memnic testpmd ({name})"),
+        program: ctx.ours.clone(),
+        args,
         ready: OURS_READY,
     }
 }
@@ -197,24 +234,30 @@ fn dpdk(ctx: &Ctx, name: &str, d: Dpdk) -> Side {
     }
 }
 
-fn memif_pair(ctx: &Ctx, plan: &Plan, server: Impl, client: Impl, size: u32) -> Pair {
+fn memif_pair(ctx: &Ctx, plan: &Plan, server: Impl, client: Impl, queues: u16, size: u32) -> Pair {
     let sock = ctx.sock().display().to_string();
-    let (a, b) = plan.cpus;
-    let side = |imp: Impl, role: &str, cpu: usize, mode: &str| match imp {
+    let n = usize::from(queues);
+    let (a, b) = (&plan.sides.0[..n], &plan.sides.1[..n]);
+    let side = |imp: Impl, role: &str, cpus: &[usize], mode: &str| match imp {
         Impl::Memnic => ours(
             ctx,
+            plan,
             &format!("memif {role}"),
-            cpu,
-            format!("memif0,role={role},socket={sock}"),
-            mode,
-            size,
+            Ours {
+                cpus,
+                vdevs: vec![format!("memif0,role={role},socket={sock}")],
+                queues,
+                mode,
+                size,
+            },
         ),
         Impl::Dpdk => dpdk(
             ctx,
             &format!("memif {role}"),
             Dpdk {
                 side: role,
-                cpu,
+                // The plan runs DPDK with one queue only.
+                cpu: cpus[0],
                 mem: "512",
                 eal: &[],
                 vdev: format!("net_memif0,role={role},socket={sock},socket-abstract=no"),
@@ -232,17 +275,36 @@ fn memif_pair(ctx: &Ctx, plan: &Plan, server: Impl, client: Impl, size: u32) -> 
     }
 }
 
-fn memnic_pair(ctx: &Ctx, plan: &Plan, host_sends: bool, size: u32) -> Pair {
-    let (a, b) = plan.cpus;
+fn memnic_pair(ctx: &Ctx, plan: &Plan, host_sends: bool, ports: u16, size: u32) -> Pair {
+    let n = usize::from(ports);
     let (host_mode, guest_mode) = if host_sends {
         ("txonly", "rxonly")
     } else {
         ("rxonly", "txonly")
     };
-    let vdev = |role: &str| format!("memnic0,path={},role={role}", ctx.shm);
+    // One device (its own region) per queue pair; testpmd gives each port's queue its lcore.
+    let vdevs = |role: &str| {
+        (0..n)
+            .map(|k| format!("memnic{k},path={},role={role}", ctx.shm_name(k)))
+            .collect()
+    };
+    let host = Ours {
+        cpus: &plan.sides.0[..n],
+        vdevs: vdevs("host"),
+        queues: 1,
+        mode: host_mode,
+        size,
+    };
+    let guest = Ours {
+        cpus: &plan.sides.1[..n],
+        vdevs: vdevs("guest"),
+        queues: 1,
+        mode: guest_mode,
+        size,
+    };
     Pair {
-        first: ours(ctx, "MEMNIC host", a, vdev("host"), host_mode, size),
-        second: ours(ctx, "MEMNIC guest", b, vdev("guest"), guest_mode, size),
+        first: ours(ctx, plan, "MEMNIC host", host),
+        second: ours(ctx, plan, "MEMNIC guest", guest),
         measured_first: !host_sends,
         counter: Counter::Rx,
     }
@@ -259,11 +321,15 @@ fn vhost_pair(ctx: &Ctx, plan: &Plan, backend: Impl, ring: Ring, dir: VhostDir, 
     let first = match backend {
         Impl::Memnic => ours(
             ctx,
+            plan,
             "vhost backend",
-            a,
-            format!("vhost0,iface={sock}"),
-            backend_mode,
-            size,
+            Ours {
+                cpus: &[a],
+                vdevs: vec![format!("vhost0,iface={sock}")],
+                queues: 1,
+                mode: backend_mode,
+                size,
+            },
         ),
         Impl::Dpdk => dpdk(
             ctx,
@@ -306,8 +372,15 @@ fn vhost_pair(ctx: &Ctx, plan: &Plan, backend: Impl, ring: Ring, dir: VhostDir, 
 /// One run of `run` at `size`: its window rates, Mpps.
 pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Vec<f64>, String> {
     let pair = match (run, case) {
-        (Run::Memif { server, client }, _) => memif_pair(ctx, plan, server, client, size),
-        (Run::Memnic { host_sends }, _) => memnic_pair(ctx, plan, host_sends, size),
+        (
+            Run::Memif {
+                server,
+                client,
+                queues,
+            },
+            _,
+        ) => memif_pair(ctx, plan, server, client, queues, size),
+        (Run::Memnic { host_sends, ports }, _) => memnic_pair(ctx, plan, host_sends, ports, size),
         (Run::Vhost { backend }, Case::Vhost { ring, dir }) => {
             vhost_pair(ctx, plan, backend, ring, dir, size)
         }
@@ -321,11 +394,9 @@ pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Ve
             return Ok(rates.into_iter().map(|r| r / 1e6).collect());
         }
     };
-    let _ = std::fs::remove_file(ctx.sock());
-    let _ = std::fs::remove_file(ctx.shm_path());
+    ctx.remove_files();
     let rates = run_pair(ctx, &pair, Duration::from_secs(plan.seconds));
-    let _ = std::fs::remove_file(ctx.sock());
-    let _ = std::fs::remove_file(ctx.shm_path());
+    ctx.remove_files();
     rates
 }
 

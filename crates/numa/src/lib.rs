@@ -52,7 +52,7 @@ use std::path::PathBuf;
 
 pub use config::NumaConfig;
 pub use place::{place, Dir, Placement, QueueRef, Reason};
-pub use topology::{parse_cpu_list, Topology};
+pub use topology::{format_cpu_list, parse_cpu_list, Topology};
 
 /// Errors of this crate: each is one sentence naming the file or the option item at fault.
 #[derive(Debug, thiserror::Error)]

@@ -202,6 +202,25 @@ pub fn parse_cpu_list(text: &str) -> std::result::Result<Vec<usize>, NumaError> 
     })
 }
 
+/// Formats CPUs compactly in the same syntax (`0-3,8`), ranges where they run on.
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 fn parse_list(text: &str) -> std::result::Result<Vec<usize>, ()> {
     let text = text.trim();
     let mut out = Vec::new();
@@ -252,6 +271,8 @@ mod tests {
         for bad in ["3-1", "a", "1-", "-1", "0,,1", "0-7:2/4", "1 2"] {
             assert!(parse_list(bad).is_err(), "{bad}");
         }
+        assert_eq!(format_cpu_list(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
+        assert_eq!(format_cpu_list(&[]), "");
         let e = parse_cpu_list("0-x").unwrap_err();
         assert!(e.to_string().contains("\"0-x\""), "{e}");
     }

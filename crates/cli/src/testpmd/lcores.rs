@@ -67,25 +67,6 @@ pub fn forwarding_cpus(spec: &str) -> Result<Vec<usize>, String> {
     Ok(map.into_iter().map(|(_, c)| c).collect())
 }
 
-/// Formats CPUs compactly (`0-3,8`).
-pub fn format_cpu_list(cpus: &[usize]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            cpus[i].to_string()
-        } else {
-            format!("{}-{}", cpus[i], cpus[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +89,5 @@ mod tests {
             .unwrap_err()
             .contains("lcore 0 is listed twice"));
         assert!(forwarding_cpus("1@").is_err());
-        assert_eq!(format_cpu_list(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
     }
 }

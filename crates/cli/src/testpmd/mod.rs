@@ -265,7 +265,7 @@ pub fn setup(a: &Args) -> Result<Session, String> {
         if !usable.contains(c) {
             return Err(format!(
                 "lcore {i}: CPU {c} is not available to this process (CPUs {} are)",
-                lcores::format_cpu_list(&usable)
+                memnic_numa::format_cpu_list(&usable)
             ));
         }
     }
