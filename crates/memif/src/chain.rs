@@ -57,8 +57,8 @@ pub(crate) trait Source {
 }
 
 /// Receives up to `max` whole frames from `win` into `pkts`; returns the slots consumed. On an
-/// error the frames already pushed, and the one it met the error in, are in `pkts` (the caller
-/// drops them).
+/// error the frames already pushed, the one it met the error in and the burst's empty buffers
+/// are in `pkts` (the caller drops them).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn receive<S: Source>(
@@ -83,7 +83,15 @@ pub(crate) fn receive<S: Source>(
         src.prefetch(ring, win.slot(pf_next));
         pf_next += 1;
     }
-    while used < avail && pkts.len() - start < max {
+    // Copy mode: a buffer for each slot the burst may take, allocated in one go onto `pkts`,
+    // where each frame is built in the first one not yet taken (allocating per frame cost
+    // 6-11% of the rate). A chain's further slots hand one each back to the cache, where the
+    // copy takes its next segment from, and the ones left over are freed at the end.
+    let mut frames = 0usize;
+    if !S::PARKED {
+        cache.alloc_up_to(pkts, usize::from(avail).min(max));
+    }
+    while used < avail && frames < max {
         let first = used;
         let slot = win.slot(used);
         let d = ring.read_desc(slot);
@@ -94,22 +102,17 @@ pub(crate) fn receive<S: Source>(
             pf_next += 1;
         }
         let mut keep = true;
-        // The frame is built where it stays, at the end of `pkts` (moving a filled Mbuf there
-        // afterwards compiled to wide loads of fields just stored narrow: store forwarding
-        // stalls).
         if S::PARKED {
             pkts.push(src.parked(slot, d, cache)?);
         } else {
             src.check(slot, d)?;
-            if cache.alloc_up_to(pkts, 1) == 0 {
+            if pkts.len() == start + frames {
+                // The pool ran dry: this frame and the rest wait for the next burst.
                 stats.nombuf += 1;
                 used = first;
                 break;
             }
-        }
-        let m = pkts.last_mut().expect("pushed just above");
-        if !S::PARKED {
-            src.add(m, slot, d, &mut keep, cache)?;
+            src.add(&mut pkts[start + frames], slot, d, &mut keep, cache)?;
         }
         let mut flags = d.flags;
         while flags & DESC_FLAG_NEXT != 0 {
@@ -124,17 +127,26 @@ pub(crate) fn receive<S: Source>(
                 src.prefetch(ring, win.slot(pf_next));
                 pf_next += 1;
             }
+            if !S::PARKED && pkts.len() > start + frames + 1 {
+                let spare = pkts.pop().expect("a spare buffer");
+                cache.free(spare);
+            }
             src.check(slot, d)
-                .and_then(|_| src.add(m, slot, d, &mut keep, cache))?;
+                .and_then(|_| src.add(&mut pkts[start + frames], slot, d, &mut keep, cache))?;
             flags = d.flags;
         }
         if keep {
-            bytes += m.len() as u64;
+            bytes += pkts[start + frames].len() as u64;
+            frames += 1;
         } else {
             stats.nombuf += 1; // the pool ran dry in the middle of a chain: dropped
-            let m = pkts.pop().expect("the frame just built");
+            let m = pkts.remove(start + frames);
             cache.free(m);
         }
+    }
+    while pkts.len() > start + frames {
+        let spare = pkts.pop().expect("a buffer no frame took");
+        cache.free(spare);
     }
     stats.bytes += bytes;
     Ok(used)

@@ -243,3 +243,59 @@ fn poll_server_sends_before_the_client_first_polls() {
         let _ = std::fs::remove_file(&sock);
     }
 }
+
+/// A server whose pool runs dry takes the frames it has buffers for, counts the shortfall and
+/// leaves the rest in the ring; once the application frees what it holds they arrive, in order
+/// and whole. A chained frame's further slots take their buffers from what the burst set aside
+/// for its slots, never from the frames behind it (none is dropped for want of a segment).
+#[test]
+fn poll_a_server_short_of_buffers_takes_what_it_can_and_the_rest_waits() {
+    let sock = format!("/tmp/memif-test-dry-{}.sock", std::process::id());
+    let mut server = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
+    let mut client = MemifPort::new("c", MemifConfig::new(Role::Client, &sock)).unwrap();
+    let (big, small) = (pool(), memnic_test_support::pool("dry", 9, 2048));
+    let mut srx = server.take_rx_queue(0, &small).unwrap();
+    let _stx = server.take_tx_queue(0, &big).unwrap();
+    let _crx = client.take_rx_queue(0, &big).unwrap();
+    let mut ctx = client.take_tx_queue(0, &big).unwrap();
+    let srv = std::thread::spawn(move || {
+        let ok = server.wait_connected(Duration::from_secs(10));
+        (ok, server)
+    });
+    assert!(client.wait_connected(Duration::from_secs(10)));
+    let (ok, server) = srv.join().unwrap();
+    assert!(ok, "server: {:?}", server.last_reason);
+
+    // 1518 B takes one 2 KiB buffer, 4096 B two (and two memif slots): 9 buffers hold 6 frames.
+    let size = |s: u64| if s % 2 == 0 { 1518 } else { 4096 };
+    const N: u64 = 24;
+    let mut cache = big.cache();
+    let mut burst: Vec<_> = (0..N).map(|s| frame(&mut cache, s, size(s))).collect();
+    assert_eq!(ctx.tx_burst(&mut burst), N as usize);
+    let mut held = Vec::new();
+    let mut next = 0u64;
+    let mut dry_polls = 0;
+    for _ in 0..1000 {
+        if srx.rx_burst(&mut held, 64) == 0 {
+            dry_polls += 1;
+            // Nothing more fits: check and free what the application held.
+            assert_eq!(held.len(), 6, "frames {next}..: as many as 9 buffers hold");
+            let mut rx_cache = small.cache();
+            for m in held.drain(..) {
+                check(&m, next, size(next));
+                next += 1;
+                rx_cache.free(m);
+            }
+        }
+        if next == N {
+            break;
+        }
+    }
+    assert_eq!(next, N, "every frame arrived");
+    let stats = srx.stats();
+    assert_eq!((stats.packets, stats.errors), (N, 0));
+    assert!(stats.nombuf >= 3, "each dry poll counted: {stats:?}");
+    assert!(dry_polls >= 4);
+    drop((server, client));
+    let _ = std::fs::remove_file(&sock);
+}
