@@ -267,7 +267,7 @@ fn poll_a_server_short_of_buffers_takes_what_it_can_and_the_rest_waits() {
     assert!(ok, "server: {:?}", server.last_reason);
 
     // 1518 B takes one 2 KiB buffer, 4096 B two (and two memif slots): 9 buffers hold 6 frames.
-    let size = |s: u64| if s % 2 == 0 { 1518 } else { 4096 };
+    let size = |s: u64| if s.is_multiple_of(2) { 1518 } else { 4096 };
     const N: u64 = 24;
     let mut cache = big.cache();
     let mut burst: Vec<_> = (0..N).map(|s| frame(&mut cache, s, size(s))).collect();
