@@ -52,6 +52,16 @@ pub(crate) fn receive(
     if n == 0 {
         return 0;
     }
+    // The run's frames are finished: fetch each one's second line (the status read brought
+    // the first), so the copies' misses overlap instead of stalling one after another. A/B:
+    // 64 B +45%, 512 and 1518 B +9%; fetching up to the fourth line too lost 20% at 512 B.
+    for k in 0..n {
+        let off = slot_off(dir, first + k);
+        // Relaxed: a hint only; the copy below reads the length again after the Acquire.
+        if SLOT_DATA + region.u32(off + SLOT_LEN).load(Relaxed) as usize > 64 {
+            region.prefetch(off + 64);
+        }
+    }
     let start = pkts.len();
     let got = cache.alloc_up_to(pkts, n);
     if got < n {
