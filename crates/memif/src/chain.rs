@@ -83,10 +83,11 @@ pub(crate) fn receive<S: Source>(
         src.prefetch(ring, win.slot(pf_next));
         pf_next += 1;
     }
-    // Copy mode: a buffer for each slot the burst may take, allocated in one go onto `pkts`,
-    // where each frame is built in the first one not yet taken (allocating per frame cost
-    // 6-11% of the rate). A chain's further slots hand one each back to the cache, where the
-    // copy takes its next segment from, and the ones left over are freed at the end.
+    // Copy mode: a buffer for each slot the burst may take (up to `max`), allocated in one go
+    // onto `pkts`, where each frame is built in the first one not yet taken (allocating per
+    // frame cost 6-11% of the rate). A chain's further slots hand one each back to the cache,
+    // where the copy takes its next segment from; a frame that finds none left allocates its
+    // own, and the ones left over are freed at the end.
     let mut frames = 0usize;
     if !S::PARKED {
         cache.alloc_up_to(pkts, usize::from(avail).min(max));
@@ -106,8 +107,9 @@ pub(crate) fn receive<S: Source>(
             pkts.push(src.parked(slot, d, cache)?);
         } else {
             src.check(slot, d)?;
-            if pkts.len() == start + frames {
-                // The pool ran dry: this frame and the rest wait for the next burst.
+            // The set-aside buffers ran out (chains took theirs): one more, unless the pool ran
+            // dry, when this frame and the rest wait for the next burst.
+            if pkts.len() == start + frames && cache.alloc_up_to(pkts, 1) == 0 {
                 stats.nombuf += 1;
                 used = first;
                 break;

@@ -118,3 +118,15 @@ fn zero_copy_tail_over_a_slot_without_a_buffer_is_refused() {
     h.rx(32);
     assert_eq!(h.frames_rx, 2);
 }
+
+/// Found by the proptest above (its minimal input): a burst whose frame limit is below the
+/// slots available, with a chain among them, hands up as many frames as the model (the chain's
+/// further slots must not leave the last frame without a buffer while the pool has plenty).
+#[test]
+fn a_chain_under_a_frame_limit_leaves_the_next_frame_its_buffer() {
+    run(&[
+        30, 1, 182, 0, 0, 0, 0, 19, 8, 0, 0, 0, 0, 0, 52, 0, 218, 6, 0, 0, 0, 19, 110, 184, 11, 0,
+        1, 57, 12, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 101, 29, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        218, 48, 0, 0, 0, 16, 2,
+    ]);
+}
