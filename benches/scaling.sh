@@ -28,6 +28,8 @@ mapfile -t CPUS < <(lscpu -p=CPU,CORE,NODE | grep -v '^#' | sort -t, -k3,3n -k2,
 CORES=${#CPUS[@]}
 {
     date -u
+    echo "kernel: $(uname -r) (gVisor reports 4.4.0: its CPU pinning and scheduling are its own)"
+    grep -E 'Cpus_allowed_list|Mems_allowed_list' /proc/self/status || true
     echo "nproc: $(nproc), cores used (one thread each): $CORES: ${CPUS[*]}"
     lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA|MHz|L2|L3' || true
 } | tee "$OUT_DIR/machine.txt"
@@ -55,8 +57,9 @@ SOCK=$(mktemp -u /tmp/scaling-XXXXXX.sock)
 server=$!
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
 "$MEMNIC" testpmd -l "$SIDE_B" --vdev "memif0,role=client,socket=$SOCK" --rxq "$MOST" --txq "$MOST" \
-    --ring-bind-lcpu --forward-mode txonly --verify --txpkts 1000 --duration 3 > /dev/null
-wait "$server"
+    --ring-bind-lcpu --forward-mode txonly --verify --txpkts 1000 --duration 3 > /dev/null ||
+    echo "scaling.sh: the verified run's client exited with $?" | tee -a "$OUT_DIR/machine.txt"
+wait "$server" || echo "scaling.sh: the verified run's server exited with $?" | tee -a "$OUT_DIR/machine.txt"
 rm -f "$SOCK"
 
 common=(--queues "$QUEUES" --sizes "$SIZES" --rounds "$ROUNDS" --seconds "$SECS" --cpus "$SIDE_A/$SIDE_B" --quiet)
