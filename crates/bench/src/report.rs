@@ -421,6 +421,17 @@ mod tests {
         }
     }
 
+    /// The limit probe as the plan's last variant.
+    fn with_limit(p: &mut Plan) {
+        p.variants.push(VariantSpec {
+            label: "limit (2 copies)".into(),
+            run: Run::Limit { copies: 2 },
+            baseline: None,
+            pairs: 1,
+        });
+        p.limit = Some(p.variants.len() - 1);
+    }
+
     #[test]
     fn rows_carry_quantiles_and_ratios() {
         let p = plan();
@@ -462,13 +473,7 @@ mod tests {
     #[test]
     fn rows_carry_their_fraction_of_the_limit() {
         let mut p = plan();
-        p.variants.push(VariantSpec {
-            label: "limit (2 copies)".into(),
-            run: Run::Limit { copies: 2 },
-            baseline: None,
-            pairs: 1,
-        });
-        p.limit = Some(2);
+        with_limit(&mut p);
         let mut res = Results::new(&p);
         res.windows[0][0][0] = vec![10.0; 6];
         res.windows[0][0][1] = vec![12.0; 6];
@@ -521,13 +526,7 @@ mod tests {
                 pairs: n,
             })
             .collect();
-        p.variants.push(VariantSpec {
-            label: "limit (2 copies)".into(),
-            run: Run::Limit { copies: 2 },
-            baseline: None,
-            pairs: 1,
-        });
-        p.limit = Some(3);
+        with_limit(&mut p);
         let mut res = Results::new(&p);
         res.windows[0][0][0] = vec![10.0; 6];
         res.windows[0][0][1] = vec![17.0; 6];

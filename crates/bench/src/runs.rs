@@ -275,7 +275,7 @@ fn memif_pair(ctx: &Ctx, plan: &Plan, server: Impl, client: Impl, queues: u16, s
     }
 }
 
-fn memnic_pair(ctx: &Ctx, plan: &Plan, host_sends: bool, ports: u16, size: u32) -> Pair {
+fn memnic_pair<'a>(ctx: &Ctx, plan: &'a Plan, host_sends: bool, ports: u16, size: u32) -> Pair {
     let n = usize::from(ports);
     let (host_mode, guest_mode) = if host_sends {
         ("txonly", "rxonly")
@@ -283,25 +283,17 @@ fn memnic_pair(ctx: &Ctx, plan: &Plan, host_sends: bool, ports: u16, size: u32) 
         ("rxonly", "txonly")
     };
     // One device (its own region) per queue pair; testpmd gives each port's queue its lcore.
-    let vdevs = |role: &str| {
-        (0..n)
+    let side = |role: &str, cpus: &'a [usize], mode: &'a str| Ours {
+        cpus: &cpus[..n],
+        vdevs: (0..n)
             .map(|k| format!("memnic{k},path={},role={role}", ctx.shm_name(k)))
-            .collect()
-    };
-    let host = Ours {
-        cpus: &plan.sides.0[..n],
-        vdevs: vdevs("host"),
+            .collect(),
         queues: 1,
-        mode: host_mode,
+        mode,
         size,
     };
-    let guest = Ours {
-        cpus: &plan.sides.1[..n],
-        vdevs: vdevs("guest"),
-        queues: 1,
-        mode: guest_mode,
-        size,
-    };
+    let host = side("host", &plan.sides.0, host_mode);
+    let guest = side("guest", &plan.sides.1, guest_mode);
     Pair {
         first: ours(ctx, plan, "MEMNIC host", host),
         second: ours(ctx, plan, "MEMNIC guest", guest),

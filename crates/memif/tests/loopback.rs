@@ -10,16 +10,9 @@ fn pool() -> Mempool {
     memnic_test_support::pool("t", 4096, 2048)
 }
 
-#[test]
-fn handshake_connects_both_sides() {
-    let sock = format!("/tmp/memif-test-{}.sock", std::process::id());
-    let mut server = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
-    let mut client = MemifPort::new("c", MemifConfig::new(Role::Client, &sock)).unwrap();
-    let p = pool();
-    let _srx = server.take_rx_queue(0, &p).unwrap();
-    let _stx = server.take_tx_queue(0, &p).unwrap();
-    let _crx = client.take_rx_queue(0, &p).unwrap();
-    let _ctx = client.take_tx_queue(0, &p).unwrap();
+/// Runs the handshake (the server waiting on a thread of its own) and asserts both ends
+/// connected; returns the server.
+fn connect(mut server: MemifPort, client: &mut MemifPort) -> MemifPort {
     let srv = std::thread::spawn(move || {
         let ok = server.wait_connected(Duration::from_secs(10));
         (ok, server)
@@ -31,6 +24,20 @@ fn handshake_connects_both_sides() {
     );
     let (ok, server) = srv.join().unwrap();
     assert!(ok, "server: {:?}", server.last_reason);
+    server
+}
+
+#[test]
+fn handshake_connects_both_sides() {
+    let sock = format!("/tmp/memif-test-{}.sock", std::process::id());
+    let mut server = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
+    let mut client = MemifPort::new("c", MemifConfig::new(Role::Client, &sock)).unwrap();
+    let p = pool();
+    let _srx = server.take_rx_queue(0, &p).unwrap();
+    let _stx = server.take_tx_queue(0, &p).unwrap();
+    let _crx = client.take_rx_queue(0, &p).unwrap();
+    let _ctx = client.take_tx_queue(0, &p).unwrap();
+    let _server = connect(server, &mut client);
     assert!(client.is_connected(), "client: {:?}", client.last_reason);
     let _ = std::fs::remove_file(&sock);
 }
@@ -84,20 +91,7 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
             client.take_tx_queue(q, &p).unwrap(),
         ));
     }
-    let srv = std::thread::spawn(move || {
-        assert!(
-            server.wait_connected(Duration::from_secs(10)),
-            "{:?}",
-            server.last_reason
-        );
-        server
-    });
-    assert!(
-        client.wait_connected(Duration::from_secs(10)),
-        "{:?}",
-        client.last_reason
-    );
-    let server = srv.join().unwrap();
+    let server = connect(server, &mut client);
     let sizes = [60usize, 64, 1518, 2048, 2049, 4096, 9000];
     const N: u64 = 20_000;
     let mut cache = p.cache();
@@ -159,12 +153,7 @@ fn poll_idle_rx_queue_sleeps_until_the_peer_kicks() {
     let _stx = server.take_tx_queue(0, &p).unwrap();
     let _crx = client.take_rx_queue(0, &p).unwrap();
     let mut ctx = client.take_tx_queue(0, &p).unwrap();
-    let srv = std::thread::spawn(move || {
-        assert!(server.wait_connected(Duration::from_secs(10)));
-        server
-    });
-    assert!(client.wait_connected(Duration::from_secs(10)));
-    let _server = srv.join().unwrap();
+    let _server = connect(server, &mut client);
     let mut got = Vec::new();
     assert_eq!(srx.rx_burst(&mut got, 32), 0);
     // Nothing sent: the wait times out (it really sleeps rather than returning at once).
@@ -216,13 +205,7 @@ fn poll_server_sends_before_the_client_first_polls() {
         let mut stx = server.take_tx_queue(0, &p).unwrap();
         let mut crx = client.take_rx_queue(0, &p).unwrap();
         let _ctx = client.take_tx_queue(0, &p).unwrap();
-        let srv = std::thread::spawn(move || {
-            let ok = server.wait_connected(Duration::from_secs(10));
-            (ok, server)
-        });
-        assert!(client.wait_connected(Duration::from_secs(10)));
-        let (ok, server) = srv.join().unwrap();
-        assert!(ok, "server: {:?}", server.last_reason);
+        let server = connect(server, &mut client);
 
         let mut cache = p.cache();
         let mut burst: Vec<_> = (0..32).map(|s| frame(&mut cache, s, 100)).collect();
@@ -258,13 +241,7 @@ fn poll_a_server_short_of_buffers_takes_what_it_can_and_the_rest_waits() {
     let _stx = server.take_tx_queue(0, &big).unwrap();
     let _crx = client.take_rx_queue(0, &big).unwrap();
     let mut ctx = client.take_tx_queue(0, &big).unwrap();
-    let srv = std::thread::spawn(move || {
-        let ok = server.wait_connected(Duration::from_secs(10));
-        (ok, server)
-    });
-    assert!(client.wait_connected(Duration::from_secs(10)));
-    let (ok, server) = srv.join().unwrap();
-    assert!(ok, "server: {:?}", server.last_reason);
+    let server = connect(server, &mut client);
 
     // 1518 B takes one 2 KiB buffer, 4096 B two (and two memif slots): 9 buffers hold 6 frames.
     let size = |s: u64| if s.is_multiple_of(2) { 1518 } else { 4096 };
