@@ -78,6 +78,18 @@ pub struct Desc {
     pub offset: u32,
 }
 
+impl Desc {
+    /// The two 64-bit words the ring holds for it: flags, region and length; then offset and
+    /// the metadata field, which we always write as zero.
+    #[inline(always)]
+    fn words(&self) -> (u64, u64) {
+        (
+            self.flags as u64 | (self.region as u64) << 16 | (self.length as u64) << 32,
+            self.offset as u64,
+        )
+    }
+}
+
 /// Why a ring could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
@@ -206,10 +218,35 @@ impl Ring {
     #[inline(always)]
     pub fn write_desc(&self, slot: u16, d: Desc) {
         let o = self.desc_off(slot);
-        let a = d.flags as u64 | (d.region as u64) << 16 | (d.length as u64) << 32;
+        let (a, b) = d.words();
         // Relaxed: published by the caller's Release store of its counter (head or tail).
         self.region.u64(o).store(a, Relaxed);
-        self.region.u64(o + 8).store(d.offset as u64, Relaxed);
+        self.region.u64(o + 8).store(b, Relaxed);
+    }
+
+    /// Writes descriptor `slot` (masked) unless it already holds `d`: a client in copy mode
+    /// fills each slot with the same buffer every lap, and frames of one length leave its
+    /// descriptor as it was. Left alone, the descriptor line stays shared with the server
+    /// instead of being taken back for the store and fetched again by its next read: one
+    /// line transfer fewer per four frames each way. What we compare is only a hint (the
+    /// server may change the slot at any time, as it may after a store), and nothing of ours is
+    /// read back from it. A/B in one sitting (variant flipped every 250 ms in one process,
+    /// ratio of adjacent windows p20/p50/p80, our client txonly): our server 64 B
+    /// 1.02/1.05/1.10 and 0.99/1.04/1.08, 512 B 1.07/1.10/1.13, 1518 B 0.95/1.02/1.08; DPDK's
+    /// server 64 B 0.93/1.04/1.17 and 1.01/1.05/1.09, 512 B 0.96/1.02/1.10, 1518 B
+    /// 0.99/1.06/1.18.
+    #[inline(always)]
+    pub fn write_desc_if_changed(&self, slot: u16, d: Desc) {
+        let o = self.desc_off(slot);
+        // Relaxed: a hint, compared only (the store, when there is one, is published as in
+        // `write_desc`).
+        let now = (
+            self.region.u64(o).load(Relaxed),
+            self.region.u64(o + 8).load(Relaxed),
+        );
+        if now != d.words() {
+            self.write_desc(slot, d);
+        }
     }
 
     /// Writes only the length and flags of descriptor `slot` (the server filling a client slot).
@@ -249,6 +286,34 @@ mod tests {
 
     fn region(len: usize) -> Arc<Region> {
         Arc::new(Region::private(len, false).unwrap())
+    }
+
+    #[test]
+    fn a_descriptor_the_peer_changed_is_written_again() {
+        let r = Ring::new(region(1 << 16), 0, 4).unwrap();
+        let d = Desc {
+            flags: 0,
+            region: 0,
+            length: 60,
+            offset: 0x1000,
+        };
+        r.write_desc_if_changed(5, d);
+        assert_eq!(r.read_desc(5), d);
+        let o = RING_HDR + 5 * DESC_SIZE;
+        // Each word the peer may scribble on: flags, region, length, offset, metadata.
+        for (at, val) in [(0, 1u64), (2, 7), (4, 0x4000), (8, 0x2000), (12, 9)] {
+            r.region()
+                .write_bytes(o + at, &val.to_le_bytes()[..2])
+                .unwrap();
+            r.write_desc_if_changed(5, d);
+            let mut raw = [0u8; 16];
+            r.region().read_bytes(o, &mut raw).unwrap();
+            assert_eq!(r.read_desc(5), d, "field at {at} restored");
+            assert_eq!(&raw[12..], &[0; 4], "metadata zero after a change at {at}");
+        }
+        // The same descriptor again: left as it is.
+        r.write_desc_if_changed(5, d);
+        assert_eq!(r.read_desc(5), d);
     }
 
     #[test]

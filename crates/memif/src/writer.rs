@@ -63,7 +63,7 @@ fn no_room(slot: u16, left: usize) -> DataError {
 }
 
 /// Client, copy mode: each slot's buffer of our own layout in region 0; the whole descriptor is
-/// (re)written, so nothing the server wrote into it is used.
+/// (re)written where it differs from ours, so nothing the server wrote into it is used.
 pub(crate) struct ToLayout<'a> {
     pub ring: &'a Ring,
     pub region: &'a Region,
@@ -96,7 +96,7 @@ impl<'a> Dest<'a> for ToLayout<'a> {
 
     #[inline(always)]
     fn finish(&self, slot: u16, len: u32, flags: u16) {
-        self.ring.write_desc(
+        self.ring.write_desc_if_changed(
             slot,
             Desc {
                 flags,
