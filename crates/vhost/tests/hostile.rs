@@ -1317,6 +1317,22 @@ fn hostile_packed_rx_chains_are_refused_and_the_frame_goes_to_the_next_one() {
             hdr[10] = 1; // num_buffers
             assert_eq!(got[..HDR], hdr, "{what}: the header");
             assert_eq!(got[HDR..], vec![k as u8; 100], "{what}: the frame");
+
+            // The same buffer again with one byte of our header changed (a header left as we
+            // wrote it is not written again; one that differs anywhere is).
+            let poke = [3, HDR - 2, HDR - 1][k % 3];
+            g.mem.write_bytes(room as usize + poke, &[0x55]).unwrap();
+            let head = drv.post(&g, 8, &[(room, 2048, W)]);
+            let mut pkts = frame(0x40 + k as u8);
+            assert_eq!(txq.tx_burst(&mut pkts), 1, "{what}: the buffer again");
+            drv.assert_used(&g, head, 8, (HDR + 100) as u32, what);
+            g.mem.read_bytes(room as usize, &mut got).unwrap();
+            assert_eq!(got[..HDR], hdr, "{what}: the header, byte {poke} restored");
+            assert_eq!(
+                got[HDR..],
+                vec![0x40 + k as u8; 100],
+                "{what}: the frame again"
+            );
         }
         assert_eq!(b.tp.port.broken_rings(), 0);
 
