@@ -915,6 +915,74 @@ fn hostile_rx_chains_are_refused_or_keep_the_frame_waiting() {
     }
 }
 
+/// A used element is written only where it differs from what the split ring holds (the same
+/// element at the same place each lap is left alone): one the guest scribbled on, in its id,
+/// its length or both, is written whole again, on the tx ring (length 0) and the rx ring
+/// (header and frame), lap after lap.
+#[test]
+fn a_used_element_the_guest_changed_is_written_again() {
+    let mut b = Bench::new("hostile-used-elem", Duration::from_secs(5));
+    let pool = memnic_test_support::pool("hostile-used-elem-tx", 64, 2048);
+    let mut txq = b.tp.port.take_tx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let s = Setup {
+        reply_ack: false,
+        features: 0,
+        vqs: vec![RXQ, TXQ],
+        base: 0,
+    };
+    let f = connect(&b.tp.path, &g, &b.kick, &s);
+    wait_until("link up", || b.tp.port.link().up);
+    let room = BUF + 0x8000;
+    // What the element holds before each frame: ours from the lap before, or the guest's.
+    let scribbles = |want: (u32, u32)| {
+        [
+            None,
+            Some((want.0 ^ 0x40, want.1)),
+            Some((want.0, want.1 ^ 0x10_0000)),
+            Some((!want.0, !want.1)),
+        ]
+    };
+    for idx in 0..3 * Q {
+        let want = (u32::from(idx % Q), 0);
+        let scribble = scribbles(want)[idx as usize % 4];
+        if let Some(e) = scribble {
+            g.set_used_elem_in(TXQ, idx, e);
+        }
+        g.send(idx, idx % Q, u64::from(idx % Q), 60, idx as u8);
+        poll(&mut *b.rxq, &mut b.got, "a frame", |v| v.len() == 1);
+        b.got.clear();
+        assert_eq!(g.used_idx(), idx + 1);
+        assert_eq!(
+            g.used_elem_in(TXQ, idx),
+            want,
+            "tx entry {idx} after {scribble:?}"
+        );
+
+        let want = (u32::from(idx % Q), (HDR + 100) as u32);
+        let scribble = scribbles(want)[idx as usize % 4];
+        if let Some(e) = scribble {
+            g.set_used_elem_in(RXQ, idx, e);
+        }
+        g.desc_in(RXQ, idx % Q, d(room, 2048, DESC_F_WRITE, 0));
+        g.offer_in(RXQ, idx, idx % Q);
+        let mut pkts = {
+            let mut m = pool.alloc().unwrap();
+            m.append(100).unwrap().fill(idx as u8);
+            vec![m]
+        };
+        assert_eq!(txq.tx_burst(&mut pkts), 1);
+        assert_eq!(g.used_idx_in(RXQ), idx + 1);
+        assert_eq!(
+            g.used_elem_in(RXQ, idx),
+            want,
+            "rx entry {idx} after {scribble:?}"
+        );
+    }
+    b.hang_up_and_serve_the_next(f, "hostile-used-elem");
+    drop(txq);
+}
+
 /// SET_STATUS and GET_STATUS (the STATUS protocol feature, which rust-vmm's handler lacks: the
 /// control thread serves them): the status is kept, a broken ring adds NEEDS_RESET, status 0
 /// clears it and keeps the memory table (the ring set up again runs), a status that is not a

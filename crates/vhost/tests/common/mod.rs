@@ -125,6 +125,12 @@ impl Guest {
             self.mem.u32(at + 4).load(Relaxed),
         )
     }
+    /// Writes used element `i` (mod Q), as a driver that scribbles on the used ring would.
+    pub fn set_used_elem_in(&self, vq: Vq, i: u16, (id, len): (u32, u32)) {
+        let at = vq.used as usize + 4 + 8 * (i % Q) as usize;
+        self.mem.u32(at).store(id, Relaxed);
+        self.mem.u32(at + 4).store(len, Relaxed);
+    }
     /// Packed slot `i` of `vq`, written as a driver makes a descriptor available: address,
     /// length and id first, the flags last with a Release store.
     pub fn pdesc_in(&self, vq: Vq, i: u16, d: PackedDesc) {
