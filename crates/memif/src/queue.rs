@@ -501,6 +501,11 @@ impl MemifTxQueue {
             base,
             bsize,
         };
+        // Copy mode: the burst's first buffers asked for at once (zero copy writes none).
+        let asked = match c.zero_copy_region {
+            None if bsize > 0 => layout.prefetch_burst(&pkts[..n], head, free),
+            _ => 0,
+        };
         while sent < n {
             let m = &pkts[sent];
             let zc_offset = c
@@ -541,16 +546,10 @@ impl MemifTxQueue {
                 if slots > free as usize {
                     break;
                 }
-                if slots < free as usize && sent + 1 < n {
+                if sent + 1 >= asked && slots < free as usize && sent + 1 < n {
                     // Ask for the next frame's buffer lines in exclusive state now: the server
                     // read them last, and fetching them one store at a time serialises the copy.
-                    let next = layout.offset(head.wrapping_add(slots as u16));
-                    let len = pkts[sent + 1].len().min(bsize as usize);
-                    let mut line = 0;
-                    while line < len {
-                        layout.region.prefetch_write(next + line);
-                        line += 64;
-                    }
+                    layout.prefetch_frame(head.wrapping_add(slots as u16), pkts[sent + 1].len());
                 }
                 let Some(used) = write_frame(&layout, m, head, free)? else {
                     break;
