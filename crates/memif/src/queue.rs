@@ -28,7 +28,7 @@ use crate::error::DataError;
 use crate::msg::RingDirection;
 use crate::ring::{acquire, publish, Desc, Regions, Ring, RING_FLAG_MASK_INT};
 use crate::window::Window;
-use crate::writer::{write_frame, ToDescriptors, ToLayout};
+use crate::writer::{prefetch_burst, write_frame, Dest, ToDescriptors, ToLayout};
 
 /// Which end of the connection this port is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -503,7 +503,7 @@ impl MemifTxQueue {
         };
         // Copy mode: the burst's first buffers asked for at once (zero copy writes none).
         let asked = match c.zero_copy_region {
-            None if bsize > 0 => layout.prefetch_burst(&pkts[..n], head, free),
+            None if bsize > 0 => prefetch_burst(&layout, &pkts[..n], head, free),
             _ => 0,
         };
         while sent < n {
@@ -597,6 +597,8 @@ impl MemifTxQueue {
         let mut used: u16 = 0;
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
+        // The burst's first buffers asked for at once.
+        prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail);
         while sent < n {
             let m = &pkts[sent];
             // No room for the whole frame: it and the rest stay with the caller.

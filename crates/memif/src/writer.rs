@@ -18,6 +18,76 @@ pub(crate) trait Dest<'a> {
     fn buffer(&self, slot: u16) -> Result<VolatileSlice<'a>, DataError>;
     /// Records that `slot` holds `len` bytes, with `flags` (NEXT or 0).
     fn finish(&self, slot: u16, len: u32, flags: u16);
+    /// The lines a frame of `len` bytes fills in its first slot, and the slots it takes (as far
+    /// as this side knows before it reads the descriptors).
+    fn extent(&self, len: usize) -> (usize, usize);
+    /// A hint: asks for the lines a frame of `len` bytes fills in `slot`'s buffer (its first
+    /// slot's) in exclusive state; never fails, never faults.
+    fn prefetch_frame(&self, slot: u16, len: usize);
+}
+
+/// How many lines of a burst's first destination buffers are asked for in exclusive state
+/// before its copy starts ([`prefetch_burst`]).
+///
+/// The peer read each buffer last, so each line comes back from its core; a store that waits
+/// for its line holds every later store behind it, so the copy alone keeps about one fetch in
+/// flight (perf of our client at 64 B, this AMD EPYC's slow state: 81% of its time in
+/// `tx_burst`, 63% of that on one store, the store buffer full). Asked for together, the
+/// fetches overlap. A/B in one sitting (in-process flip of ~250-ms windows, txonly -> rxonly,
+/// ratio up front / as before, p20/p50/p80):
+///
+/// ```text
+///           our client -> our server      -> DPDK's server
+///   64 B    1.10/1.18/1.26                1.13/1.19/1.25
+///  128 B    0.95/1.11/1.35                1.04/1.22/1.33
+///  256 B    1.01/1.09/1.13                0.94/1.01/1.13
+///  512 B    0.93/1.02/1.10                0.90/1.00/1.12   (two frames up front: not kept)
+///           our server -> our client      -> DPDK's client
+///   64 B    1.03/1.07/1.14                0.94/1.05/1.17
+///  128 B    1.04/1.07/1.11                1.02/1.07/1.11
+///  256 B    0.99/1.02/1.05                0.96/1.03/1.10
+///  512 B    0.89/0.98/1.05                0.94/0.99/1.06   (two frames up front: not kept)
+/// ```
+///
+/// Confirmed on the final code at 64 B: client 0.96/1.14/1.22 (our server) and 1.03/1.16/1.32
+/// (DPDK's), server 0.99/1.04/1.11 (our client) and 0.91/1.04/1.12 (DPDK's); 1518 B, which
+/// is not asked for up front, 0.86/1.00/1.12 and 0.94/0.99/1.09.
+///
+/// Lost (client): 32 lines (64 B 1.20/1.21 at p50, but 128 B 0.85/0.95, 256 B 0.94/0.99); a
+/// window kept 16 frames ahead as the copy went (64 B 1.14 over 8 frames ahead, which was
+/// 1.15/1.13 over the next frame only; 32 ahead over 16 1.03/1.04), whose bookkeeping per frame
+/// cost 1518 B 0.84-0.96.
+pub(crate) const WRITE_AHEAD_LINES: usize = 16;
+
+/// The fewest frames asked for up front (frames of up to 256 bytes): with fewer, the copy
+/// goes as before (see [`WRITE_AHEAD_LINES`] for 512 B).
+const WRITE_AHEAD_MIN_FRAMES: usize = 4;
+
+/// Asks for the destination buffers of the burst's first frames (`pkts`, from slot `at`, with
+/// `room` slots the peer handed over) in exclusive state: as many whole frames as fit in
+/// [`WRITE_AHEAD_LINES`] lines and the room, when at least [`WRITE_AHEAD_MIN_FRAMES`] do.
+/// Returns how many. Only slots within the room are touched.
+#[inline(always)]
+pub(crate) fn prefetch_burst<'a>(dst: &impl Dest<'a>, pkts: &[Mbuf], at: u16, room: u16) -> usize {
+    let (mut lines, mut slots, mut frames) = (0, 0, 0);
+    for m in pkts {
+        let (l, s) = dst.extent(m.len());
+        if lines + l > WRITE_AHEAD_LINES || slots + s > usize::from(room) {
+            break;
+        }
+        lines += l;
+        slots += s;
+        frames += 1;
+    }
+    if frames < WRITE_AHEAD_MIN_FRAMES {
+        return 0;
+    }
+    let mut slot = at;
+    for m in &pkts[..frames] {
+        dst.prefetch_frame(slot, m.len());
+        slot = slot.wrapping_add(dst.extent(m.len()).1 as u16);
+    }
+    frames
 }
 
 /// Writes `m` into the slots `at, at + 1, …`, using at most `room` of them. Returns how many it
@@ -85,76 +155,6 @@ impl ToLayout<'_> {
     }
 }
 
-/// How many lines of a burst's first destination buffers are asked for in exclusive state
-/// before its copy starts ([`ToLayout::prefetch_burst`]).
-///
-/// The server read each buffer last, so each line comes back from its core; a store that
-/// waits for its line holds every later store behind it, and the copy alone kept about one
-/// fetch in flight (perf of our client at 64 B, this AMD EPYC's slow state: 81% of its time in
-/// `tx_burst`, 63% of that on one store, the store buffer full). Asked for together, the
-/// fetches overlap. A/B in one sitting (in-process flip of ~250-ms windows, our client txonly
-/// -> server rxonly, ratio up front / next frame only, p20/p50/p80):
-///
-/// ```text
-///           our server            DPDK's server
-///   64 B    1.10/1.18/1.26        1.13/1.19/1.25
-///  128 B    0.95/1.11/1.35        1.04/1.22/1.33
-///  256 B    1.01/1.09/1.13        0.94/1.01/1.13
-///  512 B    0.93/1.02/1.10        0.90/1.00/1.12   (two frames)
-/// ```
-///
-/// 1518-B frames (24 lines) are not asked for up front: the path is as before. Lost: 32
-/// lines (64 B 1.20/1.21 at p50, but 128 B 0.85/0.95, 256 B 0.94/0.99; with 1518-B frames
-/// asked for up front too, 1518 B 0.98/0.98); a window kept 16 frames ahead as the copy went
-/// (64 B 1.14 over 8 frames ahead, which was 1.15/1.13 over the next frame only), and 32 ahead
-/// over 16 (1.03/1.04), but the window's bookkeeping per frame cost 1518 B 0.84-0.96.
-pub(crate) const WRITE_AHEAD_LINES: usize = 16;
-
-impl ToLayout<'_> {
-    /// Asks for the buffers of the burst's first frames (`pkts`, from slot `head`, with `free`
-    /// slots of room the server handed back) in exclusive state: as many whole frames as fit
-    /// in [`WRITE_AHEAD_LINES`] lines and the room, when at least two do. Returns how many;
-    /// the copy loop asks for each later frame as the one before it is copied.
-    #[inline(always)]
-    pub fn prefetch_burst(&self, pkts: &[Mbuf], head: u16, free: u16) -> usize {
-        let (mut lines, mut slots, mut frames) = (0, 0, 0);
-        for m in pkts {
-            let (l, s) = (self.first_lines(m.len()), self.slots_for(m.len()));
-            if lines + l > WRITE_AHEAD_LINES || slots + s > usize::from(free) {
-                break;
-            }
-            lines += l;
-            slots += s;
-            frames += 1;
-        }
-        if frames < 2 {
-            return 0;
-        }
-        let mut slot = head;
-        for m in &pkts[..frames] {
-            self.prefetch_frame(slot, m.len());
-            slot = slot.wrapping_add(self.slots_for(m.len()) as u16);
-        }
-        frames
-    }
-
-    /// Asks for the lines a frame of `len` bytes fills in `slot`'s buffer (its first slot's,
-    /// for a frame longer than a buffer) in exclusive state.
-    #[inline(always)]
-    pub fn prefetch_frame(&self, slot: u16, len: usize) {
-        let at = self.offset(slot);
-        for line in 0..self.first_lines(len) {
-            self.region.prefetch_write(at + line * 64);
-        }
-    }
-
-    /// The lines a frame of `len` bytes fills in its first slot.
-    #[inline(always)]
-    fn first_lines(&self, len: usize) -> usize {
-        len.min(self.bsize as usize).div_ceil(64).max(1)
-    }
-}
-
 impl<'a> Dest<'a> for ToLayout<'a> {
     #[inline(always)]
     fn buffer(&self, slot: u16) -> Result<VolatileSlice<'a>, DataError> {
@@ -162,6 +162,22 @@ impl<'a> Dest<'a> for ToLayout<'a> {
             .region
             .slice(self.offset(slot), self.bsize as usize)
             .expect("our own layout: region 0 holds every slot's buffer"))
+    }
+
+    #[inline(always)]
+    fn extent(&self, len: usize) -> (usize, usize) {
+        (
+            len.min(self.bsize as usize).div_ceil(64).max(1),
+            self.slots_for(len),
+        )
+    }
+
+    #[inline(always)]
+    fn prefetch_frame(&self, slot: u16, len: usize) {
+        let at = self.offset(slot);
+        for line in 0..self.extent(len).0 {
+            self.region.prefetch_write(at + line * 64);
+        }
     }
 
     #[inline(always)]
@@ -195,6 +211,25 @@ impl<'a> Dest<'a> for ToDescriptors<'a> {
             .ok_or_else(|| outside_region(slot, d))
     }
 
+    /// One slot a frame: the buffers' sizes are in descriptors not read yet (a frame that
+    /// takes more only makes the hint land on a later slot of the window).
+    #[inline(always)]
+    fn extent(&self, len: usize) -> (usize, usize) {
+        (len.div_ceil(64).max(1), 1)
+    }
+
+    /// The descriptor is read (copied) for the hint only; `buffer` reads and checks it again.
+    #[inline(always)]
+    fn prefetch_frame(&self, slot: u16, len: usize) {
+        let d = self.ring.read_desc(slot);
+        if let Some(r) = self.regions.0.get(usize::from(d.region)) {
+            let lines = len.min(d.length as usize).div_ceil(64);
+            for line in 0..lines {
+                r.prefetch_write(d.offset as usize + line * 64);
+            }
+        }
+    }
+
     #[inline(always)]
     fn finish(&self, slot: u16, len: u32, flags: u16) {
         self.ring.write_len_flags(slot, len, flags);
@@ -207,9 +242,19 @@ mod tests {
 
     use super::*;
 
+    fn burst(pool: &memnic_ethdev::Mempool, lens: &[usize]) -> Vec<Mbuf> {
+        lens.iter()
+            .map(|&l| {
+                let mut m = pool.alloc().unwrap();
+                m.append(l).unwrap();
+                m
+            })
+            .collect()
+    }
+
     /// How many of a burst's first frames are asked for up front: whole frames within the line
-    /// budget and the room, and none when fewer than two fit (a 1518-B burst keeps the
-    /// next-frame-only path).
+    /// budget and the room, and none when fewer than four fit (512-B and 1518-B bursts keep
+    /// the next-frame-only path).
     #[test]
     fn a_burst_asks_for_whole_frames_within_the_line_budget_and_the_room() {
         let region = Region::private(1 << 22, false).unwrap();
@@ -221,39 +266,56 @@ mod tests {
             bsize: 2048,
         };
         let pool = memnic_test_support::pool("write-ahead", 64, 9000);
-        let burst = |lens: &[usize]| -> Vec<Mbuf> {
-            lens.iter()
-                .map(|&l| {
-                    let mut m = pool.alloc().unwrap();
-                    m.append(l).unwrap();
-                    m
-                })
-                .collect()
-        };
-        let asked = |lens: &[usize], free: u16| to.prefetch_burst(&burst(lens), 1020, free);
+        let asked =
+            |lens: &[usize], free: u16| prefetch_burst(&to, &burst(&pool, lens), 1020, free);
         let budget = WRITE_AHEAD_LINES;
         assert_eq!(asked(&[64; 32], 1024), budget, "one line a frame");
         assert_eq!(asked(&[64; 4], 1024), 4, "the burst's frames");
+        assert_eq!(asked(&[64; 3], 1024), 0, "three frames: none");
         assert_eq!(asked(&[128; 32], 1024), budget / 2, "two lines a frame");
+        assert_eq!(asked(&[256; 32], 1024), budget / 4, "four lines a frame");
         assert_eq!(asked(&[64; 32], 5), 5, "the room");
-        assert_eq!(asked(&[512; 32], 1024), budget / 8, "whole frames only");
+        assert_eq!(asked(&[64; 32], 3), 0, "room for three: none");
+        assert_eq!(asked(&[512; 32], 1024), 0, "two frames fit: none");
         assert_eq!(asked(&[1518; 32], 1024), 0, "one frame fits: none");
-        assert_eq!(asked(&[64; 32], 1), 0, "room for one: none");
         assert_eq!(
-            asked(&[64, 4000, 64], 1024),
-            0,
-            "a long frame's first slot is 32 lines"
+            asked(&[64, 64, 64, 64, 4000], 1024),
+            4,
+            "a long frame's first slot is 32 lines: the ones before it"
         );
 
         // Buffers of 256 bytes: a 600-B frame takes three slots, and four lines of the first.
         let small = ToLayout { bsize: 256, ..to };
-        let asked = |lens: &[usize], free: u16| small.prefetch_burst(&burst(lens), 0, free);
-        assert_eq!(asked(&[64, 600, 64, 64], 5), 3, "slots counted per frame");
+        let asked =
+            |lens: &[usize], free: u16| prefetch_burst(&small, &burst(&pool, lens), 0, free);
         assert_eq!(
-            asked(&[64, 600, 64, 64], 3),
-            0,
-            "the long frame does not fit the room"
+            asked(&[64, 600, 64, 64, 64], 6),
+            4,
+            "slots counted per frame"
         );
-        assert_eq!(asked(&[256; 8], 1024), 4, "four lines a frame");
+        assert_eq!(
+            asked(&[64, 600, 64, 64, 64], 5),
+            0,
+            "the room ends at the fourth frame"
+        );
+    }
+
+    /// The server's side: one slot a frame as far as it knows (the client's buffer sizes are in
+    /// descriptors it reads only for the hint), bounded by the window of slots it was handed.
+    #[test]
+    fn a_server_burst_asks_for_frames_within_the_window() {
+        let ring = Ring::new(Arc::new(Region::private(1 << 16, false).unwrap()), 0, 10).unwrap();
+        let regions = Regions(vec![Arc::new(Region::private(1 << 22, false).unwrap())]);
+        let to = ToDescriptors {
+            ring: &ring,
+            regions: &regions,
+        };
+        let pool = memnic_test_support::pool("write-ahead-server", 64, 9000);
+        let asked =
+            |lens: &[usize], room: u16| prefetch_burst(&to, &burst(&pool, lens), 1020, room);
+        assert_eq!(asked(&[64; 32], 1024), WRITE_AHEAD_LINES);
+        assert_eq!(asked(&[64; 32], 6), 6, "the window");
+        assert_eq!(asked(&[128; 32], 1024), WRITE_AHEAD_LINES / 2);
+        assert_eq!(asked(&[1518; 32], 1024), 0);
     }
 }
