@@ -12,7 +12,8 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Bench {
-    /// memif copy mode, txonly -> rxonly: memnic<->memnic beside DPDK<->DPDK (server receives)
+    /// memif copy mode, txonly -> rxonly: memnic<->memnic beside DPDK<->DPDK (by default the
+    /// server receives; --dir s2c: the client)
     Memif {
         /// dpdk: memnic<->memnic and DPDK<->DPDK; memnic: memnic<->memnic alone (no DPDK
         /// needed); both: also the mixed pairs (memnic server <- DPDK client and the reverse)
@@ -22,6 +23,10 @@ pub enum Bench {
         /// lcore on each side (above 1 runs memnic<->memnic alone: add --peer memnic)
         #[arg(long, value_delimiter = ',', default_value = "1")]
         queues: Vec<u16>,
+        /// Which way the frames go: c2s (client txonly -> server rxonly, the client's C2S ring)
+        /// or s2c (server txonly -> client rxonly, the S2C ring)
+        #[arg(long, value_enum, default_value_t = MemifDir::C2s)]
+        dir: MemifDir,
         #[command(flatten)]
         common: Common,
     },
@@ -103,6 +108,15 @@ pub enum Peer {
     Both,
 }
 
+/// The direction of a memif pair's frames.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemifDir {
+    /// Client txonly -> server rxonly.
+    C2s,
+    /// Server txonly -> client rxonly.
+    S2c,
+}
+
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ring {
     Split,
@@ -139,6 +153,8 @@ pub enum Run {
         client: Impl,
         /// Queue pairs of the port, each polled by its own lcore on each side.
         queues: u16,
+        /// The server sends (S2C) rather than receives (C2S).
+        server_sends: bool,
     },
     Memnic {
         host_sends: bool,
@@ -358,13 +374,18 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     };
     let sides_say = if per_pair { "CPUs" } else { "CPU" };
     let (title, method, heading, mut variants) = match &args.bench {
-        Bench::Memif { peer, .. } => {
+        Bench::Memif { peer, dir, .. } => {
+            let server_sends = *dir == MemifDir::S2c;
+            let arrow = if server_sends { "->" } else { "<-" };
             let mut variants = vec![];
             if per_pair {
-                per_queues(&mut variants, "memnic<-memnic", &|queues| Run::Memif {
-                    server: Impl::Memnic,
-                    client: Impl::Memnic,
-                    queues,
+                per_queues(&mut variants, &format!("memnic{arrow}memnic"), &|queues| {
+                    Run::Memif {
+                        server: Impl::Memnic,
+                        client: Impl::Memnic,
+                        queues,
+                        server_sends,
+                    }
                 });
             } else {
                 let mut pairs = vec![];
@@ -382,21 +403,27 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                     .enumerate()
                     .map(|(i, (server, client))| {
                         VariantSpec::one_pair(
-                            format!("{}<-{}", server.name(), client.name()),
+                            format!("{}{arrow}{}", server.name(), client.name()),
                             Run::Memif {
                                 server,
                                 client,
                                 queues: 1,
+                                server_sends,
                             },
                             baseline.filter(|&b| b != i),
                         )
                     })
                     .collect();
             }
+            let (ring, server_is, client_is) = if server_sends {
+                ("S2C", "sender", "receiver")
+            } else {
+                ("C2S", "receiver", "sender")
+            };
             (
-                "memif copy mode, txonly -> rxonly".to_string(),
-                format!("server (receiver) on {sides_say} {a}, client (sender) on {sides_say} {b}; pair: server<-client"),
-                "server<-client",
+                format!("memif copy mode, txonly -> rxonly over the {ring} ring"),
+                format!("server ({server_is}) on {sides_say} {a}, client ({client_is}) on {sides_say} {b}; pair: server{arrow}client"),
+                if server_sends { "server->client" } else { "server<-client" },
                 variants,
             )
         }
@@ -615,6 +642,48 @@ mod tests {
                 "limit (2 copies)"
             ]
         );
+    }
+
+    /// --dir s2c turns every memif pair around (the server sends, the client is measured);
+    /// c2s, the default, is the server receiving.
+    #[test]
+    fn memif_directions() {
+        let sends = |p: &Plan| -> Vec<bool> {
+            p.variants
+                .iter()
+                .filter_map(|v| match v.run {
+                    Run::Memif { server_sends, .. } => Some(server_sends),
+                    _ => None,
+                })
+                .collect()
+        };
+        let p = plan_of("memif --peer both").unwrap();
+        assert_eq!(sends(&p), [false; 4]);
+        assert_eq!(p.variant_heading, "server<-client");
+        assert_eq!(plan_of("memif --dir c2s").unwrap().title, p.title);
+        let p = plan_of("memif --peer both --dir s2c").unwrap();
+        assert_eq!(
+            labels(&p),
+            [
+                "dpdk->dpdk",
+                "memnic->memnic",
+                "memnic->dpdk",
+                "dpdk->memnic",
+                "limit (2 copies)"
+            ]
+        );
+        assert_eq!(sends(&p), [true; 4]);
+        assert_eq!(p.variant_heading, "server->client");
+        assert!(p.title.contains("S2C"), "{}", p.title);
+        assert!(p.method.contains("server (sender)"), "{}", p.method);
+        let cli = Cli::try_parse_from(
+            "bench memif --peer memnic --dir s2c --queues 1,2".split_whitespace(),
+        )
+        .unwrap();
+        let p = plan(cli.args, &[0, 1, 2, 3]).unwrap();
+        assert_eq!(labels(&p)[..2], ["memnic->memnic x1", "memnic->memnic x2"]);
+        assert_eq!(sends(&p), [true; 2]);
+        assert!(plan_of("memif --dir up").is_err());
     }
 
     #[test]

@@ -234,7 +234,15 @@ fn dpdk(ctx: &Ctx, name: &str, d: Dpdk) -> Side {
     }
 }
 
-fn memif_pair(ctx: &Ctx, plan: &Plan, server: Impl, client: Impl, queues: u16, size: u32) -> Pair {
+/// A memif pair: the receiver (the server, or with `server_sends` the client) is measured.
+fn memif_pair(
+    ctx: &Ctx,
+    plan: &Plan,
+    (server, client): (Impl, Impl),
+    queues: u16,
+    server_sends: bool,
+    size: u32,
+) -> Pair {
     let sock = ctx.sock().display().to_string();
     let n = usize::from(queues);
     let (a, b) = (&plan.sides.0[..n], &plan.sides.1[..n]);
@@ -267,10 +275,15 @@ fn memif_pair(ctx: &Ctx, plan: &Plan, server: Impl, client: Impl, queues: u16, s
             },
         ),
     };
+    let (server_mode, client_mode) = if server_sends {
+        ("txonly", "rxonly")
+    } else {
+        ("rxonly", "txonly")
+    };
     Pair {
-        first: side(server, "server", a, "rxonly"),
-        second: side(client, "client", b, "txonly"),
-        measured_first: true,
+        first: side(server, "server", a, server_mode),
+        second: side(client, "client", b, client_mode),
+        measured_first: !server_sends,
         counter: Counter::Rx,
     }
 }
@@ -369,9 +382,10 @@ pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Ve
                 server,
                 client,
                 queues,
+                server_sends,
             },
             _,
-        ) => memif_pair(ctx, plan, server, client, queues, size),
+        ) => memif_pair(ctx, plan, (server, client), queues, server_sends, size),
         (Run::Memnic { host_sends, ports }, _) => memnic_pair(ctx, plan, host_sends, ports, size),
         (Run::Vhost { backend }, Case::Vhost { ring, dir }) => {
             vhost_pair(ctx, plan, backend, ring, dir, size)
