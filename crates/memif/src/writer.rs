@@ -69,12 +69,15 @@ const WRITE_AHEAD_MIN_FRAMES: usize = 4;
 /// Returns how many. Only slots within the room are touched.
 #[inline(always)]
 pub(crate) fn prefetch_burst<'a>(dst: &impl Dest<'a>, pkts: &[Mbuf], at: u16, room: u16) -> usize {
+    // Each frame takes a line at least, so the budget bounds the frames too.
+    let mut first_slot = [0u16; WRITE_AHEAD_LINES];
     let (mut lines, mut slots, mut frames) = (0, 0, 0);
     for m in pkts {
         let (l, s) = dst.extent(m.len());
         if lines + l > WRITE_AHEAD_LINES || slots + s > usize::from(room) {
             break;
         }
+        first_slot[frames] = slots as u16;
         lines += l;
         slots += s;
         frames += 1;
@@ -82,10 +85,8 @@ pub(crate) fn prefetch_burst<'a>(dst: &impl Dest<'a>, pkts: &[Mbuf], at: u16, ro
     if frames < WRITE_AHEAD_MIN_FRAMES {
         return 0;
     }
-    let mut slot = at;
-    for m in &pkts[..frames] {
-        dst.prefetch_frame(slot, m.len());
-        slot = slot.wrapping_add(dst.extent(m.len()).1 as u16);
+    for (m, &k) in pkts.iter().zip(&first_slot[..frames]) {
+        dst.prefetch_frame(at.wrapping_add(k), m.len());
     }
     frames
 }
@@ -153,6 +154,12 @@ impl ToLayout<'_> {
     pub fn slots_for(&self, len: usize) -> usize {
         len.div_ceil(self.bsize as usize).max(1)
     }
+
+    /// The lines a frame of `len` bytes fills in its first slot.
+    #[inline(always)]
+    fn first_lines(&self, len: usize) -> usize {
+        len.min(self.bsize as usize).div_ceil(64).max(1)
+    }
 }
 
 impl<'a> Dest<'a> for ToLayout<'a> {
@@ -166,16 +173,13 @@ impl<'a> Dest<'a> for ToLayout<'a> {
 
     #[inline(always)]
     fn extent(&self, len: usize) -> (usize, usize) {
-        (
-            len.min(self.bsize as usize).div_ceil(64).max(1),
-            self.slots_for(len),
-        )
+        (self.first_lines(len), self.slots_for(len))
     }
 
     #[inline(always)]
     fn prefetch_frame(&self, slot: u16, len: usize) {
         let at = self.offset(slot);
-        for line in 0..self.extent(len).0 {
+        for line in 0..self.first_lines(len) {
             self.region.prefetch_write(at + line * 64);
         }
     }
