@@ -22,8 +22,10 @@ fn command(s: &mut Session, line: &str) -> bool {
         ["help"] => say(s, HELP),
         ["start"] | ["start", "tx_first"] => {
             let tx_first = words.len() == 2;
+            // Read before the lcores take their streams away.
+            let config = config_fwd(&s.engine);
             match s.engine.start(tx_first) {
-                Ok(()) => say(s, &config_fwd(&s.engine)),
+                Ok(()) => say(s, &config),
                 Err(e) => say(s, &format!("Packet forwarding already started: {e}")),
             }
         }
