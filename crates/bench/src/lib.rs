@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod date;
+mod interleave;
 pub mod limit;
 pub mod parse;
 pub mod plan;
@@ -35,7 +36,31 @@ pub fn main(args: Args, ours: std::path::PathBuf) -> Result<(), String> {
     let bar = progress(&plan);
     let mut res = report::Results::new(&plan);
     let mut turn = 0;
-    for round in 1..=plan.rounds {
+    if plan.interleave {
+        for (ci, &case) in plan.cases.iter().enumerate() {
+            for (si, &size) in plan.sizes.iter().enumerate() {
+                bar.set_message(format!(
+                    "{size} B{}, the pairs in turn",
+                    match case.label() {
+                        l if l.is_empty() => l,
+                        l => format!(" {l}"),
+                    }
+                ));
+                let cell =
+                    interleave::cell(&ctx, &plan, case, size, &|| bar.inc(1)).map_err(|e| {
+                        bar.finish_and_clear();
+                        format!("{} {size} B, interleaved: {e}", plan.bench)
+                    })?;
+                for (vi, windows) in cell.into_iter().enumerate() {
+                    for w in windows {
+                        res.at[ci][si][vi].push(w.at);
+                        res.windows[ci][si][vi].push(w.mpps);
+                    }
+                }
+            }
+        }
+    }
+    for round in (1..=plan.rounds).filter(|_| !plan.interleave) {
         for (ci, &case) in plan.cases.iter().enumerate() {
             for (si, &size) in plan.sizes.iter().enumerate() {
                 for vi in stats::order(plan.variants.len(), turn) {

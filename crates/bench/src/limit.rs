@@ -51,6 +51,51 @@ pub fn run(
     seconds: u64,
     clock: Instant,
 ) -> Result<Vec<f64>, String> {
+    probe(cpus, copies, size, |count| {
+        let mut stamps = Vec::new();
+        let start = Instant::now();
+        let end = start + Duration::from_secs(seconds);
+        let mut next = start;
+        while next <= end {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            stamps.push(Stamp {
+                secs: clock.elapsed().as_secs_f64(),
+                // Relaxed: a counter the consumer stores after each burst.
+                count: count.load(Relaxed),
+            });
+            next += STAMP_EVERY;
+        }
+        window_rates(&stamps, clock.elapsed().as_secs_f64())
+    })
+}
+
+/// One window of the probe (`--interleave`): `warmup` of frames, then the rate over `window`,
+/// in frames per second.
+pub fn window(
+    cpus: (usize, usize),
+    copies: u8,
+    size: usize,
+    warmup: Duration,
+    window: Duration,
+) -> Result<f64, String> {
+    probe(cpus, copies, size, |count| {
+        std::thread::sleep(warmup);
+        // Relaxed: a counter the consumer stores after each burst.
+        let (t0, c0) = (Instant::now(), count.load(Relaxed));
+        std::thread::sleep(window);
+        let (t1, c1) = (Instant::now(), count.load(Relaxed));
+        (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
+    })
+}
+
+/// Runs the producer and the consumer while `measure` samples the consumer's count, then
+/// stops them and checks what the consumer read.
+fn probe<T>(
+    cpus: (usize, usize),
+    copies: u8,
+    size: usize,
+    measure: impl FnOnce(&AtomicU64) -> T,
+) -> Result<T, String> {
     if size == 0 || size > MAX_FRAME {
         return Err(format!(
             "the limit probe takes frames of 1 to {MAX_FRAME} bytes, not {size}"
@@ -86,20 +131,7 @@ pub fn run(
             })
             .map_err(|e| format!("cannot start the limit probe's consumer: {e}"))?
     };
-    let mut stamps = Vec::new();
-    let start = Instant::now();
-    let end = start + Duration::from_secs(seconds);
-    let mut next = start;
-    while next <= end {
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        stamps.push(Stamp {
-            secs: clock.elapsed().as_secs_f64(),
-            // Relaxed: a counter the consumer stores after each burst.
-            count: count.load(Relaxed),
-        });
-        next += STAMP_EVERY;
-    }
-    let until = clock.elapsed().as_secs_f64();
+    let measured = measure(&count);
     // Relaxed: both threads poll the flag; nothing else is ordered by it.
     stop.store(true, Relaxed);
     let panicked = |_| "a limit probe thread panicked".to_string();
@@ -112,7 +144,7 @@ pub fn run(
             "the limit probe read {frames} frames whose last bytes sum to {sum}, not {frames} x {last}"
         ));
     }
-    Ok(window_rates(&stamps, until))
+    Ok(measured)
 }
 
 /// The producer: bursts of `written`-byte frames into free slots.
@@ -197,6 +229,14 @@ mod tests {
             run(pair, 1, 4088, 3, Instant::now()).is_ok(),
             "a jumbo frame"
         );
+        let w = window(
+            pair,
+            2,
+            64,
+            Duration::from_millis(50),
+            Duration::from_millis(300),
+        );
+        assert!(w.unwrap() > 1e5, "one window of the probe counts frames");
         assert!(run(pair, 1, MAX_FRAME + 1, 3, Instant::now())
             .unwrap_err()
             .contains("takes frames of 1 to"));

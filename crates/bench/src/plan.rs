@@ -95,6 +95,12 @@ pub struct Common {
     /// gets its fraction of it)
     #[arg(long)]
     pub no_limit: bool,
+    /// Keep every pair of a size running at its testpmd prompts and let each forward in turn
+    /// for 1-s windows (`start`, `show port stats all`, `stop`), seconds apart; ratios compare
+    /// the windows of one turn, which share the machine's state. `--seconds` is then windows
+    /// per pair per round
+    #[arg(long)]
+    pub interleave: bool,
 }
 
 fn parse_variant(s: &str) -> Result<Variant, String> {
@@ -247,6 +253,9 @@ pub struct Plan {
     /// A scaling run (`--queues` other than 1): each variant's ratio is over N times its
     /// one-queue baseline, and its fraction of the limit over N times the one-pair limit.
     pub per_pair: bool,
+    /// `--interleave`: every variant of a cell started once, each forwarding in turn for
+    /// 1-s windows; the k-th window of every variant is of one turn.
+    pub interleave: bool,
     /// The limit probe's variant (the last), unless `--no-limit`.
     pub limit: Option<usize>,
     pub rounds: usize,
@@ -274,9 +283,14 @@ impl Plan {
         }
     }
 
-    /// Runs in all.
+    /// Runs in all (with `--interleave`: windows, `--seconds` a round).
     pub fn runs(&self) -> usize {
-        self.rounds * self.cases.len() * self.sizes.len() * self.variants.len()
+        let per_round = if self.interleave {
+            self.seconds as usize
+        } else {
+            1
+        };
+        self.rounds * per_round * self.cases.len() * self.sizes.len() * self.variants.len()
     }
 }
 
@@ -336,6 +350,12 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     let per_pair = queues != [1];
     if per_pair && matches!(args.bench, Bench::Memif { peer, .. } if peer != Peer::Memnic) {
         return Err("--queues other than 1 runs memnic<->memnic alone: add --peer memnic".into());
+    }
+    if common.interleave && bench == "tester" {
+        return Err("--interleave keeps pairs of processes at their prompts; the tester runs in this process and its variants already alternate 2-s trials".into());
+    }
+    if common.interleave && per_pair {
+        return Err("--interleave measures one queue pair: leave out --queues".into());
     }
     let most = usize::from(queues.iter().copied().max().unwrap_or(1));
     let sides = sides(common.cpus.as_deref(), allowed_cpus, most)?;
@@ -499,6 +519,13 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
             )
         }
     };
+    if common.interleave {
+        windows = if bench == "vhost" {
+            "1-s windows of virtio-user's counters (deq: TX-packets, enq: RX-packets) by `show port stats all`, stamped by the bench's clock; the pairs forward in turn"
+        } else {
+            "1-s windows of the receiver's counters by `show port stats all`, stamped by the bench's clock; the pairs forward in turn"
+        };
+    }
     let limit = (!common.no_limit).then(|| {
         variants.push(VariantSpec::one_pair(
             format!(
@@ -520,6 +547,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
         sizes,
         variants,
         per_pair,
+        interleave: common.interleave,
         limit,
         rounds: common.rounds,
         seconds: common.seconds,
@@ -642,6 +670,23 @@ mod tests {
                 "limit (2 copies)"
             ]
         );
+    }
+
+    /// --interleave runs pairs of processes, one queue pair each, and counts its windows as
+    /// runs; the tester and scaling runs refuse it in a sentence.
+    #[test]
+    fn interleave() {
+        let p =
+            plan_of("memif --peer both --interleave --sizes 64 --rounds 2 --seconds 5").unwrap();
+        assert!(p.interleave);
+        assert_eq!(p.runs(), 2 * 5 * 5);
+        assert!(p.windows.contains("in turn"), "{}", p.windows);
+        assert!(!plan_of("memif").unwrap().interleave);
+        let e = plan_of("tester --interleave").unwrap_err();
+        assert!(e.starts_with("--interleave") && e.contains("tester"), "{e}");
+        let e = plan_of("memnic --queues 1,2 --interleave").unwrap_err();
+        assert!(e.contains("--queues"), "{e}");
+        assert!(plan_of("vhost --interleave --rings packed").is_ok());
     }
 
     /// --dir s2c turns every memif pair around (the server sends, the client is measured);

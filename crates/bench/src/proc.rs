@@ -1,12 +1,14 @@
 //! A testpmd (ours or DPDK's) run by the bench: both its output streams read on threads from
 //! the start, every periodic counter line stamped with the bench's clock as it arrives, and the
 //! last lines kept to explain a failure. Stopped with SIGINT (DPDK then closes its ports), killed
-//! if it does not go, and killed when dropped.
+//! if it does not go, and killed when dropped. One run at its prompt (`--interleave`) takes
+//! commands on a pipe ([`Proc::send`]); its counters are the blocks `show port stats all`
+//! prints, stamped the same way.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -23,6 +25,8 @@ pub struct Seen {
     pub tx: Vec<Stamp>,
     /// A line containing the process's ready marker has appeared.
     pub ready: bool,
+    /// Lines `Done.`: the forwarding stops a testpmd has finished (both print it last).
+    pub stops: usize,
     /// Output streams that reached end of file (2: the process is gone).
     pub closed: usize,
     tail: VecDeque<String>,
@@ -42,23 +46,30 @@ impl Shared {
 pub struct Proc {
     pub name: String,
     child: Child,
+    /// The prompt's input, for a process started with one.
+    stdin: Option<ChildStdin>,
     shared: Arc<Shared>,
     readers: Vec<JoinHandle<()>>,
 }
 
 impl Proc {
     /// Starts `program ARGS`; `clock` is the bench's, `ready` the text of the line that says the
-    /// process has started its port.
+    /// process has started its port; `prompt`: its stdin is a pipe for [`Proc::send`].
     pub fn spawn(
         name: &str,
         program: &Path,
         args: &[String],
         clock: Instant,
         ready: &'static str,
+        prompt: bool,
     ) -> Result<Proc, String> {
         let mut child = Command::new(program)
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(if prompt {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -80,6 +91,7 @@ impl Proc {
             .collect();
         Ok(Proc {
             name: name.to_string(),
+            stdin: child.stdin.take(),
             child,
             shared,
             readers,
@@ -123,6 +135,22 @@ impl Proc {
         }
     }
 
+    /// Types `line` at the prompt.
+    pub fn send(&mut self, line: &str) -> Result<(), String> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| format!("{} has no prompt", self.name))?;
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("cannot type {line:?} at {}'s prompt: {e}", self.name))
+    }
+
+    /// `f` of what was seen so far.
+    pub fn seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+        f(&self.shared.lock())
+    }
+
     /// The stamped counter lines so far.
     pub fn stamps(&self, which: Counter) -> Vec<Stamp> {
         let seen = self.shared.lock();
@@ -132,9 +160,15 @@ impl Proc {
         }
     }
 
-    /// SIGINT, as Ctrl-C; then waits for the process to go (at most `limit`) and kills it if it
+    /// SIGINT, as Ctrl-C (at a prompt: `quit` first); then waits for the process to go (at most `limit`) and kills it if it
     /// has not.
     pub fn stop(mut self, limit: Duration) {
+        // At a prompt: `quit` and the end of its input first (a prompt blocked reading its
+        // input may not look at the signal's flag until a line comes).
+        if self.stdin.is_some() {
+            let _ = self.send("quit");
+            self.stdin = None;
+        }
         let _ = Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
             .stdout(Stdio::null())
@@ -180,6 +214,9 @@ fn read_lines(stream: Box<dyn Read + Send>, shared: &Shared, clock: Instant, rea
         }
         if line.contains(ready) {
             seen.ready = true;
+        }
+        if line.trim() == "Done." {
+            seen.stops += 1;
         }
         if !line.is_empty() {
             if seen.tail.len() == TAIL_LINES {

@@ -4,21 +4,23 @@
 use std::fmt::Write;
 
 use crate::plan::Plan;
-use crate::stats::{self, Summary, Swing};
+use crate::stats::{self, percentile, Summary, Swing};
 use crate::svg;
 
-/// The window rates (Mpps) of every cell: `[case][size][variant]`.
+/// The window rates (Mpps) of every cell: `[case][size][variant]`; with `--interleave` also
+/// when each window was taken (the bench's clock, seconds, at its middle), index for index.
 pub struct Results {
     pub windows: Vec<Vec<Vec<Vec<f64>>>>,
+    pub at: Vec<Vec<Vec<Vec<f64>>>>,
 }
 
 impl Results {
     pub fn new(plan: &Plan) -> Results {
+        let cells =
+            vec![vec![vec![Vec::new(); plan.variants.len()]; plan.sizes.len()]; plan.cases.len()];
         Results {
-            windows: vec![
-                vec![vec![Vec::new(); plan.variants.len()]; plan.sizes.len()];
-                plan.cases.len()
-            ],
+            windows: cells.clone(),
+            at: cells,
         }
     }
 }
@@ -74,6 +76,7 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
     for (ci, case) in plan.cases.iter().enumerate() {
         for (si, &size) in plan.sizes.iter().enumerate() {
             let cell = &res.windows[ci][si];
+            let at = &res.at[ci][si];
             let limit = plan.limit.and_then(|l| Summary::of(&cell[l]));
             for (vi, v) in plan.variants.iter().enumerate() {
                 let s = Summary::of(&cell[vi]);
@@ -86,16 +89,24 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
                     1.0
                 };
                 let per = |r: Option<f64>| r.map(|r| r / pairs);
-                let r = |f: fn(&Summary) -> f64| match &base {
-                    Some(b) => per(ratio(s.as_ref().map(f), b.as_ref().map(f))),
+                // Interleaved: the quantile of the ratios of windows taken nearest in time;
+                // otherwise the ratio of the same quantile of each.
+                let over = |other: Option<usize>, q: f64| match other {
+                    Some(o) => percentile(
+                        &stats::paired_ratios((&at[vi], &cell[vi]), (&at[o], &cell[o])),
+                        q,
+                    ),
                     None => None,
                 };
-                let of_limit = |f: fn(&Summary) -> f64| {
-                    if is_limit {
-                        None
-                    } else {
-                        per(ratio(s.as_ref().map(f), limit.as_ref().map(f)))
-                    }
+                let r = |f: fn(&Summary) -> f64, q: f64| match (&base, plan.interleave) {
+                    (Some(_), true) => per(over(v.baseline, q)),
+                    (Some(b), false) => per(ratio(s.as_ref().map(f), b.as_ref().map(f))),
+                    (None, _) => None,
+                };
+                let of_limit = |f: fn(&Summary) -> f64, q: f64| match (is_limit, plan.interleave) {
+                    (true, _) => None,
+                    (false, true) => per(over(plan.limit, q)),
+                    (false, false) => per(ratio(s.as_ref().map(f), limit.as_ref().map(f))),
                 };
                 rows.push(Row {
                     case: case.label(),
@@ -108,12 +119,12 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
                     max: s.map(|s| s.max),
                     windows: cell[vi].len(),
                     baseline: v.baseline.map(|b| plan.variants[b].label.clone()),
-                    ratio_p20: r(|s| s.p20),
-                    ratio_p50: r(|s| s.p50),
-                    ratio_p80: r(|s| s.p80),
-                    of_limit_p20: of_limit(|s| s.p20),
-                    of_limit_p50: of_limit(|s| s.p50),
-                    of_limit_p80: of_limit(|s| s.p80),
+                    ratio_p20: r(|s| s.p20, 0.2),
+                    ratio_p50: r(|s| s.p50, 0.5),
+                    ratio_p80: r(|s| s.p80, 0.8),
+                    of_limit_p20: of_limit(|s| s.p20, 0.2),
+                    of_limit_p50: of_limit(|s| s.p50, 0.5),
+                    of_limit_p80: of_limit(|s| s.p80, 0.8),
                 });
             }
         }
@@ -145,25 +156,36 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "memnic bench {}: {}", plan.bench, plan.title);
     let _ = writeln!(s, "{}", plan.method);
-    let _ = writeln!(
-        s,
-        "{} round(s) x {} s per run, runs alternating; Mpps of {}",
-        plan.rounds, plan.seconds, plan.windows
-    );
+    if plan.interleave {
+        let _ = writeln!(
+            s,
+            "{} round(s) x {} turns; in each turn every pair (kept at its prompts) forwards for one window, in alternating order; Mpps of {}",
+            plan.rounds, plan.seconds, plan.windows
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "{} round(s) x {} s per run, runs alternating; Mpps of {}",
+            plan.rounds, plan.seconds, plan.windows
+        );
+    }
+    // What a ratio is a quantile of.
+    let same = if plan.interleave {
+        "the quantile of the ratios of each window to the other's nearest in time (seconds apart)"
+    } else {
+        "at the same quantile"
+    };
     let _ = writeln!(
         s,
         "p20 ~ the machine's slow state, p80 ~ its fast state; n: windows{}{}",
         match plan.variants.iter().find_map(|v| v.baseline) {
             Some(_) if plan.per_pair => "; xN: N queue pairs, an lcore each per side; ratio: over N times the same pair's x1 at the same quantile (1.00: perfect scaling)".to_string(),
-            Some(b) => format!(
-                "; ratio: over {} at the same quantile",
-                plan.variants[b].label
-            ),
+            Some(b) => format!("; ratio: over {}, {same}", plan.variants[b].label),
             None => String::new(),
         },
         match plan.limit {
             Some(l) => format!(
-                "; of limit: the fraction of {}{} at the same quantile (two pinned threads moving frames through a bare slot ring, nothing else)",
+                "; of limit: the fraction of {}{}, {same} (two pinned threads moving frames through a bare slot ring, nothing else)",
                 if plan.per_pair { "N times " } else { "" },
                 plan.variants[l].label
             ),
@@ -412,6 +434,7 @@ mod tests {
                 },
             ],
             per_pair: false,
+            interleave: false,
             limit: None,
             rounds: 1,
             seconds: 4,
@@ -470,6 +493,46 @@ mod tests {
             .unwrap();
         assert!(line.contains("12.00  21.00  30.00"), "{line}");
         assert!(line.contains("1.20 1.40 1.50"), "{line}");
+    }
+
+    /// Interleaved, a ratio is a quantile of the ratios of windows nearest in time. Ours is
+    /// 1.2x DPDK's in either state, but the machine went fast between DPDK's window and ours in
+    /// two of five turns: the ratio of the medians says 4.8, the median of the paired ratios
+    /// 1.2; the limit, 0.8 s after ours in each turn, is always 4x ours' state.
+    #[test]
+    fn interleaved_rows_divide_windows_nearest_in_time() {
+        let mut p = plan();
+        with_limit(&mut p);
+        p.interleave = true;
+        let mut res = Results::new(&p);
+        let dpdk = [10.0, 10.0, 10.0, 40.0, 40.0];
+        let ours = [10.0, 40.0, 40.0, 40.0, 40.0];
+        for k in 0..5 {
+            let t = 2.0 * k as f64;
+            for (vi, at, mpps) in [
+                (0, t, dpdk[k]),
+                (1, t + 0.8, 1.2 * ours[k]),
+                (2, t + 1.6, 4.0 * ours[k]),
+            ] {
+                res.at[0][0][vi].push(at);
+                res.windows[0][0][vi].push(mpps);
+            }
+        }
+        let rows = rows(&p, &res);
+        let r = &rows[1];
+        let close = |x: Option<f64>, y: f64| x.is_some_and(|x| (x - y).abs() < 1e-9);
+        assert!(close(r.p50.zip(rows[0].p50).map(|(a, b)| a / b), 4.8));
+        assert!(close(r.ratio_p20, 1.2) && close(r.ratio_p50, 1.2), "{r:?}");
+        assert!(close(r.ratio_p80, 4.8), "the two turns with a flip: {r:?}");
+        for f in [r.of_limit_p20, r.of_limit_p50, r.of_limit_p80] {
+            assert!(close(f, 0.3), "{r:?}");
+        }
+        // Without --interleave the same windows give the ratio of the quantiles.
+        p.interleave = false;
+        assert!(close(super::rows(&p, &res)[1].ratio_p50, 4.8));
+        p.interleave = true;
+        let t = table(&p, &rows, &swings(&p, &res));
+        assert!(t.contains("nearest in time"), "{t}");
     }
 
     #[test]

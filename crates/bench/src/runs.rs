@@ -15,11 +15,17 @@ pub const DPDK: &str = "dpdk-testpmd";
 const DPDK_READY: &str = "Port 0: ";
 /// The line after which ours forwards.
 const OURS_READY: &str = "Press Ctrl-C to stop forwarding";
+/// At a prompt (`--interleave`), either testpmd's answer to `show config fwd`, which it reads
+/// once its ports are started.
+pub(crate) const PROMPT_READY: &str = "packet forwarding - ports=";
+/// Runs DPDK's testpmd with its stdout line-buffered: at its prompt it leaves the answers to
+/// commands in stdio's buffer, which a pipe would get only at exit.
+const STDBUF: &str = "stdbuf";
 /// A cold start of DPDK loads every driver library: generous.
-const START_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const START_LIMIT: Duration = Duration::from_secs(60);
 /// From both sides started to the first packets counted.
-const TRAFFIC_LIMIT: Duration = Duration::from_secs(30);
-const STOP_LIMIT: Duration = Duration::from_secs(10);
+pub(crate) const TRAFFIC_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const STOP_LIMIT: Duration = Duration::from_secs(10);
 /// After `--seconds` of traffic, how long a run waits for its first whole window.
 const WINDOW_LIMIT: Duration = Duration::from_secs(10);
 /// The tester's trials: one window each.
@@ -29,6 +35,8 @@ const TESTER_WINDOW: Duration = Duration::from_secs(2);
 pub struct Ctx {
     pub ours: PathBuf,
     pub dpdk: Option<PathBuf>,
+    /// `stdbuf`, for DPDK at its prompt.
+    stdbuf: Option<PathBuf>,
     dir: PathBuf,
     shm: String,
     pub clock: Instant,
@@ -51,6 +59,13 @@ impl Ctx {
         } else {
             None
         };
+        let stdbuf = if plan.interleave && plan.uses_dpdk() {
+            Some(find_in_path(STDBUF).ok_or_else(|| {
+                format!("--interleave runs DPDK's testpmd under {STDBUF}, which is not installed (apt-get install coreutils)")
+            })?)
+        } else {
+            None
+        };
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -62,33 +77,40 @@ impl Ctx {
         Ok(Ctx {
             ours,
             dpdk,
+            stdbuf,
             dir,
             shm: tag,
             clock: Instant::now(),
         })
     }
 
-    fn sock(&self) -> PathBuf {
-        self.dir.join("bench.sock")
+    /// The socket of the pair in `slot` (its variant's index when pairs run side by side).
+    fn sock(&self, slot: usize) -> PathBuf {
+        self.dir.join(format!("bench-{slot}.sock"))
     }
 
-    /// The name of MEMNIC device `k`'s region (under /dev/shm).
-    fn shm_name(&self, k: usize) -> String {
-        format!("{}-{k}", self.shm)
+    /// The name of MEMNIC device `k`'s region (under /dev/shm) for the pair in `slot`.
+    fn shm_name(&self, slot: usize, k: usize) -> String {
+        format!("{}-{slot}-{k}", self.shm)
     }
 
-    /// The socket and every region a run may have left.
-    fn remove_files(&self) {
-        let _ = std::fs::remove_file(self.sock());
-        for k in 0..usize::from(crate::plan::MAX_QUEUES) {
-            let _ = std::fs::remove_file(Path::new("/dev/shm").join(self.shm_name(k)));
+    /// The sockets and every region the runs may have left.
+    pub(crate) fn remove_files(&self) {
+        for slot in 0..MAX_SLOTS {
+            let _ = std::fs::remove_file(self.sock(slot));
+            for k in 0..usize::from(crate::plan::MAX_QUEUES) {
+                let _ = std::fs::remove_file(Path::new("/dev/shm").join(self.shm_name(slot, k)));
+            }
         }
     }
 
-    fn prefix(&self, side: &str) -> String {
-        format!("memnic-bench-{}-{side}", std::process::id())
+    fn prefix(&self, side: &str, slot: usize) -> String {
+        format!("memnic-bench-{}-{side}-{slot}", std::process::id())
     }
 }
+
+/// Pairs that may run side by side (`--interleave`): more than any bench has variants.
+pub(crate) const MAX_SLOTS: usize = 8;
 
 /// The sides DPDK runs on, each with its own --file-prefix.
 const DPDK_SIDES: [&str; 4] = ["server", "client", "backend", "frontend"];
@@ -105,7 +127,9 @@ impl Drop for Ctx {
         }
         for root in roots {
             for side in DPDK_SIDES {
-                let _ = std::fs::remove_dir_all(root.join(self.prefix(side)));
+                for slot in 0..MAX_SLOTS {
+                    let _ = std::fs::remove_dir_all(root.join(self.prefix(side, slot)));
+                }
             }
         }
     }
@@ -120,20 +144,41 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
 }
 
 /// One process of a pair.
-struct Side {
+pub(crate) struct Side {
     name: String,
     program: PathBuf,
     args: Vec<String>,
     ready: &'static str,
+    /// At its prompt (`--interleave`): forwarding starts and stops when told.
+    prompt: bool,
+}
+
+impl Side {
+    /// Starts the process; one at a prompt is asked `show config fwd`, whose answer is its
+    /// ready line.
+    pub(crate) fn spawn(&self, ctx: &Ctx) -> Result<Proc, String> {
+        let mut p = Proc::spawn(
+            &self.name,
+            &self.program,
+            &self.args,
+            ctx.clock,
+            self.ready,
+            self.prompt,
+        )?;
+        if self.prompt {
+            p.send("show config fwd")?;
+        }
+        Ok(p)
+    }
 }
 
 /// Two processes: the first is started (and ready) before the second; `measured` says whose
 /// counter is read.
-struct Pair {
-    first: Side,
-    second: Side,
-    measured_first: bool,
-    counter: Counter,
+pub(crate) struct Pair {
+    pub first: Side,
+    pub second: Side,
+    pub measured_first: bool,
+    pub counter: Counter,
 }
 
 /// Our testpmd on `cpus` (one forwarding lcore each) with the ports `vdevs`, each with
@@ -169,28 +214,30 @@ fn ours(ctx: &Ctx, plan: &Plan, name: &str, o: Ours) -> Side {
     if plan.per_pair {
         args.push("--ring-bind-lcpu".into());
     }
-    args.extend(
-        [
-            "--forward-mode",
-            o.mode,
-            "--txpkts",
-            &o.size.to_string(),
-            "--stats-period",
-            "1",
-        ]
-        .map(String::from),
-    );
+    args.extend(["--forward-mode", o.mode, "--txpkts", &o.size.to_string()].map(String::from));
+    if plan.interleave {
+        args.push("-i".into());
+    } else {
+        args.extend(["--stats-period", "1"].map(String::from));
+    }
     Side {
         name: format!("memnic testpmd ({name})"),
         program: ctx.ours.clone(),
         args,
-        ready: OURS_READY,
+        ready: if plan.interleave {
+            PROMPT_READY
+        } else {
+            OURS_READY
+        },
+        prompt: plan.interleave,
     }
 }
 
 /// DPDK's testpmd on `cpu` (main and forwarding lcore both there), as `peers/dpdk.md` runs it.
 struct Dpdk<'a> {
     side: &'a str,
+    /// The pair's slot (see [`Ctx::sock`]).
+    slot: usize,
     cpu: usize,
     mem: &'a str,
     eal: &'a [&'a str],
@@ -200,37 +247,46 @@ struct Dpdk<'a> {
     app: &'a [&'a str],
 }
 
-fn dpdk(ctx: &Ctx, name: &str, d: Dpdk) -> Side {
-    let mut args: Vec<String> = vec![
+fn dpdk(ctx: &Ctx, plan: &Plan, name: &str, d: Dpdk) -> Side {
+    let dpdk = ctx.dpdk.clone().unwrap_or_else(|| DPDK.into());
+    // At a prompt: under stdbuf, its stdout line-buffered.
+    let (program, mut args) = match (&ctx.stdbuf, plan.interleave) {
+        (Some(stdbuf), true) => (
+            stdbuf.clone(),
+            vec!["-oL".to_string(), dpdk.display().to_string()],
+        ),
+        _ => (dpdk, Vec::new()),
+    };
+    args.extend([
         "--no-huge".into(),
         "-m".into(),
         d.mem.into(),
         "--no-pci".into(),
         format!("--lcores=0@{c},1@{c}", c = d.cpu),
         "--file-prefix".into(),
-        ctx.prefix(d.side),
-    ];
+        ctx.prefix(d.side, d.slot),
+    ]);
     args.extend(d.eal.iter().map(|s| s.to_string()));
     args.push(format!("--vdev={}", d.vdev));
-    args.extend(
-        [
-            "--",
-            "--nb-cores=1",
-            "--total-num-mbufs=32768",
-            "-a",
-            "--stats-period",
-            "1",
-        ]
-        .map(String::from),
-    );
+    args.extend(["--", "--nb-cores=1", "--total-num-mbufs=32768"].map(String::from));
+    if plan.interleave {
+        args.push("-i".into());
+    } else {
+        args.extend(["-a", "--stats-period", "1"].map(String::from));
+    }
     args.push(format!("--forward-mode={}", d.mode));
     args.push(format!("--txpkts={}", d.size));
     args.extend(d.app.iter().map(|s| s.to_string()));
     Side {
         name: format!("{DPDK} ({name})"),
-        program: ctx.dpdk.clone().unwrap_or_else(|| DPDK.into()),
+        program,
         args,
-        ready: DPDK_READY,
+        ready: if plan.interleave {
+            PROMPT_READY
+        } else {
+            DPDK_READY
+        },
+        prompt: plan.interleave,
     }
 }
 
@@ -242,8 +298,9 @@ fn memif_pair(
     queues: u16,
     server_sends: bool,
     size: u32,
+    slot: usize,
 ) -> Pair {
-    let sock = ctx.sock().display().to_string();
+    let sock = ctx.sock(slot).display().to_string();
     let n = usize::from(queues);
     let (a, b) = (&plan.sides.0[..n], &plan.sides.1[..n]);
     let side = |imp: Impl, role: &str, cpus: &[usize], mode: &str| match imp {
@@ -261,9 +318,11 @@ fn memif_pair(
         ),
         Impl::Dpdk => dpdk(
             ctx,
+            plan,
             &format!("memif {role}"),
             Dpdk {
                 side: role,
+                slot,
                 // The plan runs DPDK with one queue only.
                 cpu: cpus[0],
                 mem: "512",
@@ -288,7 +347,13 @@ fn memif_pair(
     }
 }
 
-fn memnic_pair<'a>(ctx: &Ctx, plan: &'a Plan, host_sends: bool, ports: u16, size: u32) -> Pair {
+fn memnic_pair<'a>(
+    ctx: &Ctx,
+    plan: &'a Plan,
+    (host_sends, ports): (bool, u16),
+    size: u32,
+    slot: usize,
+) -> Pair {
     let n = usize::from(ports);
     let (host_mode, guest_mode) = if host_sends {
         ("txonly", "rxonly")
@@ -299,7 +364,7 @@ fn memnic_pair<'a>(ctx: &Ctx, plan: &'a Plan, host_sends: bool, ports: u16, size
     let side = |role: &str, cpus: &'a [usize], mode: &'a str| Ours {
         cpus: &cpus[..n],
         vdevs: (0..n)
-            .map(|k| format!("memnic{k},path={},role={role}", ctx.shm_name(k)))
+            .map(|k| format!("memnic{k},path={},role={role}", ctx.shm_name(slot, k)))
             .collect(),
         queues: 1,
         mode,
@@ -315,8 +380,15 @@ fn memnic_pair<'a>(ctx: &Ctx, plan: &'a Plan, host_sends: bool, ports: u16, size
     }
 }
 
-fn vhost_pair(ctx: &Ctx, plan: &Plan, backend: Impl, ring: Ring, dir: VhostDir, size: u32) -> Pair {
-    let sock = ctx.sock().display().to_string();
+fn vhost_pair(
+    ctx: &Ctx,
+    plan: &Plan,
+    backend: Impl,
+    (ring, dir): (Ring, VhostDir),
+    size: u32,
+    slot: usize,
+) -> Pair {
+    let sock = ctx.sock(slot).display().to_string();
     let (a, b) = plan.cpus;
     let (backend_mode, frontend_mode, counter) = match dir {
         // The frontend's TX-packets: its ring holds 256, so what got in is what the backend took.
@@ -338,9 +410,11 @@ fn vhost_pair(ctx: &Ctx, plan: &Plan, backend: Impl, ring: Ring, dir: VhostDir, 
         ),
         Impl::Dpdk => dpdk(
             ctx,
+            plan,
             "net_vhost backend",
             Dpdk {
                 side: "backend",
+                slot,
                 cpu: a,
                 mem: "1024",
                 eal: &[],
@@ -354,9 +428,11 @@ fn vhost_pair(ctx: &Ctx, plan: &Plan, backend: Impl, ring: Ring, dir: VhostDir, 
     let packed = u8::from(ring == Ring::Packed);
     let second = dpdk(
         ctx,
+        plan,
         "virtio-user frontend",
         Dpdk {
             side: "frontend",
+            slot,
             cpu: b,
             mem: "1024",
             eal: &["--single-file-segments"],
@@ -374,9 +450,17 @@ fn vhost_pair(ctx: &Ctx, plan: &Plan, backend: Impl, ring: Ring, dir: VhostDir, 
     }
 }
 
-/// One run of `run` at `size`: its window rates, Mpps.
-pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Vec<f64>, String> {
-    let pair = match (run, case) {
+/// The two processes of `run` at `size` in `case`, with the sockets and regions of `slot`;
+/// `None` for the runs in this process (the tester, the limit probe).
+pub(crate) fn pair(
+    ctx: &Ctx,
+    plan: &Plan,
+    case: Case,
+    run: Run,
+    size: u32,
+    slot: usize,
+) -> Result<Option<Pair>, String> {
+    Ok(Some(match (run, case) {
         (
             Run::Memif {
                 server,
@@ -385,21 +469,41 @@ pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Ve
                 server_sends,
             },
             _,
-        ) => memif_pair(ctx, plan, (server, client), queues, server_sends, size),
-        (Run::Memnic { host_sends, ports }, _) => memnic_pair(ctx, plan, host_sends, ports, size),
+        ) => memif_pair(
+            ctx,
+            plan,
+            (server, client),
+            queues,
+            server_sends,
+            size,
+            slot,
+        ),
+        (Run::Memnic { host_sends, ports }, _) => {
+            memnic_pair(ctx, plan, (host_sends, ports), size, slot)
+        }
         (Run::Vhost { backend }, Case::Vhost { ring, dir }) => {
-            vhost_pair(ctx, plan, backend, ring, dir, size)
+            vhost_pair(ctx, plan, backend, (ring, dir), size, slot)
         }
         (Run::Vhost { .. }, Case::Only) => {
             return Err("a vhost run needs a ring and a direction".into())
         }
-        (Run::Tester(v), _) => return tester(plan, v, size, plan.seconds),
-        (Run::Limit { copies }, _) => {
+        (Run::Tester(_) | Run::Limit { .. }, _) => return Ok(None),
+    }))
+}
+
+/// One run of `run` at `size`: its window rates, Mpps.
+pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Vec<f64>, String> {
+    match run {
+        Run::Tester(v) => return tester(plan, v, size, plan.seconds),
+        Run::Limit { copies } => {
             let rates =
                 crate::limit::run(plan.cpus, copies, size as usize, plan.seconds, ctx.clock)?;
             return Ok(rates.into_iter().map(|r| r / 1e6).collect());
         }
-    };
+        _ => {}
+    }
+    let pair = pair(ctx, plan, case, run, size, 0)?
+        .ok_or_else(|| format!("{run:?} is not a pair of processes"))?;
     ctx.remove_files();
     let rates = run_pair(ctx, &pair, Duration::from_secs(plan.seconds));
     ctx.remove_files();
@@ -407,10 +511,9 @@ pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Ve
 }
 
 fn run_pair(ctx: &Ctx, pair: &Pair, traffic: Duration) -> Result<Vec<f64>, String> {
-    let spawn = |s: &Side| Proc::spawn(&s.name, &s.program, &s.args, ctx.clock, s.ready);
-    let first = spawn(&pair.first)?;
+    let first = pair.first.spawn(ctx)?;
     first.wait_for("start its port", START_LIMIT, |s| s.ready)?;
-    let second = match spawn(&pair.second) {
+    let second = match pair.second.spawn(ctx) {
         Ok(p) => p,
         Err(e) => {
             first.stop(STOP_LIMIT);

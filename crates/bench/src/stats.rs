@@ -62,6 +62,22 @@ pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
     Some(v[lo] + (v[hi] - v[lo]) * (pos - lo as f64))
 }
 
+/// The ratio of each window of `a` to the window of `b` taken nearest in time (`--interleave`:
+/// `(times, rates)` each, index for index), where that window counted anything. Windows
+/// seconds apart share the machine's state far more often than runs minutes apart do.
+pub fn paired_ratios(a: (&[f64], &[f64]), b: (&[f64], &[f64])) -> Vec<f64> {
+    a.0.iter()
+        .zip(a.1)
+        .filter_map(|(&t, &rate)| {
+            let nearest =
+                b.0.iter()
+                    .zip(b.1)
+                    .min_by(|x, y| (x.0 - t).abs().total_cmp(&(y.0 - t).abs()))?;
+            (*nearest.1 > 0.0).then(|| rate / nearest.1)
+        })
+        .collect()
+}
+
 /// One cell's windows in brief.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Summary {
@@ -145,6 +161,16 @@ mod tests {
         v.iter()
             .map(|&(secs, count)| Stamp { secs, count })
             .collect()
+    }
+
+    /// Each window is divided by the other variant's nearest in time, before or after it, and
+    /// a window that counted nothing divides nothing.
+    #[test]
+    fn paired_ratios_take_the_nearest_window() {
+        let a = ([1.0, 5.0, 9.5], [12.0, 30.0, 7.0]);
+        let b = ([-3.0, 0.0, 5.5, 9.0], [50.0, 10.0, 20.0, 0.0]);
+        assert_eq!(paired_ratios((&a.0, &a.1), (&b.0, &b.1)), [1.2, 1.5]);
+        assert!(paired_ratios((&a.0, &a.1), (&[], &[])).is_empty());
     }
 
     #[test]

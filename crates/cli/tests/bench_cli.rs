@@ -208,11 +208,81 @@ fn poll_bench_memif_against_dpdk_table_and_svg() {
         &["dpdk<-dpdk", "memnic<-memnic", "limit (2 copies)"],
         1,
     );
-    // DPDK's runtime directories (named by the bench's --file-prefix) are gone with it.
-    for side in ["server", "client"] {
-        let dir = format!("/var/run/dpdk/memnic-bench-{pid}-{side}");
-        assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+    assert_no_dpdk_runtime_dirs(pid);
+}
+
+/// DPDK's runtime directories (named by the bench's --file-prefix) are gone with the bench.
+fn assert_no_dpdk_runtime_dirs(pid: u32) {
+    let ours = format!("memnic-bench-{pid}-");
+    let left: Vec<String> = std::fs::read_dir("/var/run/dpdk")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&ours))
+        .collect();
+    assert!(left.is_empty(), "left behind in /var/run/dpdk: {left:?}");
+}
+
+/// --interleave: the four memif pairs (DPDK's and ours in every role) kept at their prompts,
+/// each forwarding in turn; every pair gets one window a turn, the three beside DPDK's pair
+/// their ratios to it, and nothing outlives the bench.
+#[test]
+fn poll_bench_memif_interleaved_with_dpdk_at_its_prompt() {
+    if !have_dpdk() {
+        return;
     }
+    let (pid, out) = bench_with_pid(
+        &[
+            "memif",
+            "--peer",
+            "both",
+            "--interleave",
+            "--sizes",
+            "64",
+            "--rounds",
+            "1",
+            "--seconds",
+            "3",
+            "--json",
+        ],
+        Duration::from_secs(240),
+    );
+    succeeded(&out);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    let variants = [
+        "dpdk<-dpdk",
+        "memnic<-memnic",
+        "memnic<-dpdk",
+        "dpdk<-memnic",
+        "limit (2 copies)",
+    ];
+    let rows = check_rows(&json, &variants, &[64]);
+    for r in &rows {
+        assert_eq!(r["windows"], 3, "a window per turn: {r}");
+        assert!(
+            r["min"].as_f64().unwrap() > 0.0,
+            "every window moved frames: {r}"
+        );
+        let label = r["variant"].as_str().unwrap();
+        let has = |k: &str| r[k].as_f64().is_some_and(|x| x > 0.0);
+        assert_eq!(
+            has("ratio_p50"),
+            !["dpdk<-dpdk", "limit (2 copies)"].contains(&label),
+            "{r}"
+        );
+        assert_eq!(has("of_limit_p50"), label != "limit (2 copies)", "{r}");
+    }
+    assert_no_dpdk_runtime_dirs(pid);
+    let running = Command::new("pgrep")
+        .args(["-f", &format!("memnic-bench-{pid}-")])
+        .output()
+        .expect("pgrep");
+    assert!(
+        running.stdout.is_empty(),
+        "processes outlived the bench: {}",
+        String::from_utf8_lossy(&running.stdout)
+    );
 }
 
 #[test]
