@@ -237,7 +237,9 @@ fn poll_interactive_prompt_from_piped_input() {
     // `start` says which streams each lcore forwards, as `show config fwd` does (it once read
     // them after the lcores had taken them: "on 0 streams").
     let started = text.find("Please stop forwarding first").unwrap();
-    let at_start = text[..started].matches("forwards packets on 1 streams").count();
+    let at_start = text[..started]
+        .matches("forwards packets on 1 streams")
+        .count();
     assert_eq!(at_start, 2, "show config fwd, then start:\n{text}");
     assert!(!text.contains("on 0 streams"), "{text}");
     let order = [

@@ -28,7 +28,7 @@ use crate::error::DataError;
 use crate::msg::RingDirection;
 use crate::ring::{acquire, publish, Desc, Regions, Ring, RING_FLAG_MASK_INT};
 use crate::window::Window;
-use crate::writer::{prefetch_burst, write_frame, Dest, ToDescriptors, ToLayout};
+use crate::writer::{prefetch_burst, prefetch_next, write_frame, ToDescriptors, ToLayout};
 
 /// Which end of the connection this port is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -546,11 +546,13 @@ impl MemifTxQueue {
                 if slots > free as usize {
                     break;
                 }
-                if sent + 1 >= asked && slots < free as usize && sent + 1 < n {
-                    // Ask for the next frame's buffer lines in exclusive state now: the server
-                    // read them last, and fetching them one store at a time serialises the copy.
-                    layout.prefetch_frame(head.wrapping_add(slots as u16), pkts[sent + 1].len());
-                }
+                prefetch_next(
+                    &layout,
+                    &pkts[..n],
+                    (sent, asked),
+                    head.wrapping_add(slots as u16),
+                    slots < free as usize,
+                );
                 let Some(used) = write_frame(&layout, m, head, free)? else {
                     break;
                 };
@@ -597,10 +599,18 @@ impl MemifTxQueue {
         let mut used: u16 = 0;
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
-        // The burst's first buffers asked for at once.
-        prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail);
+        // The burst's first buffers asked for at once, later ones a frame ahead.
+        let asked = prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail);
         while sent < n {
             let m = &pkts[sent];
+            // (One slot a frame, as far as the hint knows: see `ToDescriptors::extent`.)
+            prefetch_next(
+                &dst,
+                &pkts[..n],
+                (sent, asked),
+                win.slot(used + 1),
+                used + 1 < win.avail,
+            );
             // No room for the whole frame: it and the rest stay with the caller.
             let Some(slots) = write_frame(&dst, m, win.slot(used), win.avail - used)? else {
                 break;
