@@ -332,6 +332,8 @@ pub fn json(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) -
         "title": plan.title,
         "method": plan.method,
         "window": plan.windows,
+        // Ratios of windows nearest in time (true) or of the same quantile of each (false).
+        "interleave": plan.interleave,
         "date": date,
         "rounds": plan.rounds,
         "seconds": plan.seconds,

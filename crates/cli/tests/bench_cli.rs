@@ -257,6 +257,7 @@ fn poll_bench_memif_interleaved_with_dpdk_at_its_prompt() {
         "dpdk<-memnic",
         "limit (2 copies)",
     ];
+    assert_eq!(json["interleave"], true, "{json}");
     let rows = check_rows(&json, &variants, &[64]);
     for r in &rows {
         assert_eq!(r["windows"], 3, "a window per turn: {r}");
