@@ -167,7 +167,7 @@ pub fn cell(
     tick: &dyn Fn(),
 ) -> Result<Vec<Vec<Window>>, String> {
     ctx.remove_files();
-    let result = run_cell(ctx, plan, case, size, tick);
+    let result = run_cell(ctx, plan, (case, size), tick);
     ctx.remove_files();
     result
 }
@@ -175,8 +175,7 @@ pub fn cell(
 fn run_cell(
     ctx: &Ctx,
     plan: &Plan,
-    case: Case,
-    size: u32,
+    (case, size): (Case, u32),
     tick: &dyn Fn(),
 ) -> Result<Vec<Vec<Window>>, String> {
     // Dropped on an error: each process is killed (`Proc`'s drop).

@@ -58,6 +58,12 @@ fn bench_with_pid(args: &[&str], limit: Duration) -> (u32, Output) {
     (pid, p.wait(limit))
 }
 
+/// The JSON report of a bench that succeeded.
+fn json_of_bench(out: &Output) -> serde_json::Value {
+    succeeded(out);
+    serde_json::from_str(&stdout(out)).expect("JSON on stdout")
+}
+
 /// Checks the rows of a JSON report: one per variant at each size, each with windows and
 /// quantiles in order; returns them.
 fn check_rows(
@@ -136,8 +142,7 @@ fn poll_bench_memnic_json_and_svg() {
         ],
         Duration::from_secs(120),
     );
-    succeeded(&out);
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    let json = json_of_bench(&out);
     assert_eq!(json["bench"], "memnic");
     let variants = ["host->guest", "guest->host", "limit (2 copies)"];
     let rows = check_rows(&json, &variants, &[64]);
@@ -248,8 +253,7 @@ fn poll_bench_memif_interleaved_with_dpdk_at_its_prompt() {
         ],
         Duration::from_secs(240),
     );
-    succeeded(&out);
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    let json = json_of_bench(&out);
     let variants = [
         "dpdk<-dpdk",
         "memnic<-memnic",
@@ -303,8 +307,7 @@ fn poll_bench_tester_in_process() {
         ],
         Duration::from_secs(60),
     );
-    succeeded(&out);
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    let json = json_of_bench(&out);
     check_rows(&json, &["memnic", "limit (2 copies)"], &[64]);
 }
 
