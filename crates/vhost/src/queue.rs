@@ -18,7 +18,7 @@ use memnic_shm::unix::EventFd;
 use crate::chain::{ChainError, Dir, Piece};
 use crate::mem::MemTable;
 use crate::on_ring;
-use crate::vring::{notify_fence, Broken, Next, Ring, Vring};
+use crate::vring::{notify_fence, Broken, Next, Ring, Vring, MAX_ENQ_BATCH};
 use crate::zerocopy::{ZeroCopy, ZeroCopyConfig};
 
 /// What a virtqueue's poller needs while the ring runs.
@@ -697,18 +697,12 @@ impl TxQueue for VhostTxQueue {
     }
 }
 
-/// Frames an enqueue burst places before it copies any: their chains are walked first and
-/// their buffers prefetched for writing ([`PREFETCH_WRITE_MAX`]), so the misses on the guest's
-/// buffers (lines its driver last touched on the other core) overlap instead of queueing one
-/// behind another.
-const ENQ_BATCH: usize = 8;
-
 /// Copies frames from the front of `pkts` into the guest's rx chains until one does not fit
 /// (it waits: DPDK's back-pressure) or a burst's worth is sent; returns how many were sent.
 ///
-/// Frames that each fit one chain go in batches of [`ENQ_BATCH`] (walk and prefetch, then
-/// copy); a frame that needs several chains (MRG_RXBUF) or meets a bad or short chain takes
-/// the one-frame path.
+/// Frames that each fit one chain go in batches of the ring's [`Vring::ENQ_BATCH`] (walk and
+/// prefetch, then copy); a frame that needs several chains (MRG_RXBUF) or meets a bad or
+/// short chain takes the one-frame path.
 #[inline(always)]
 fn enqueue<V: Vring>(
     r: &V,
@@ -730,10 +724,10 @@ fn enqueue<V: Vring>(
     // A disabled rx ring gets nothing.
     while c.enabled && sent < limit {
         // Place a batch: each frame's chain walked, its pieces kept, its buffer prefetched.
-        let mut placed = [(crate::vring::Chain { id: 0, descs: 0 }, 0u32, 0u32); ENQ_BATCH];
+        let mut placed = [(crate::vring::Chain { id: 0, descs: 0 }, 0u32, 0u32); MAX_ENQ_BATCH];
         let mut nb = 0;
         s.batch.clear();
-        while nb < ENQ_BATCH && sent + nb < limit {
+        while nb < V::ENQ_BATCH && sent + nb < limit {
             let need = c.hdr_len + pkts[sent + nb].len();
             let mut look = cur;
             let start = s.batch.len();
@@ -764,7 +758,7 @@ fn enqueue<V: Vring>(
         }
         entries += nb as u16;
         sent += nb;
-        if nb == ENQ_BATCH || sent == limit {
+        if nb == V::ENQ_BATCH || sent == limit {
             continue;
         }
         // The next frame needs more than one chain, or its chain is short, bad or missing.

@@ -106,8 +106,19 @@ pub enum Broken {
     EndlessChain,
 }
 
+/// The most frames an enqueue batch places before it copies any ([`Vring::ENQ_BATCH`]).
+pub const MAX_ENQ_BATCH: usize = 32;
+
 /// A virtqueue layout, device side. Everything it reads from the ring is the guest's.
 pub trait Vring {
+    /// Frames an enqueue burst places before it copies any (at most [`MAX_ENQ_BATCH`]): their
+    /// chains are walked first and their buffers prefetched for writing, then the frames are
+    /// copied one after another, so the misses on the driver's lines (descriptors it rewrote,
+    /// a frame's first line, which DPDK's virtio PMD reads for its multicast and broadcast
+    /// counters) overlap instead of queueing one behind another. Each ring measured its own
+    /// (see the impls).
+    const ENQ_BATCH: usize;
+
     /// Where the next available chain is.
     type Cursor: Copy;
     /// Where the next used entry goes, and what it takes to publish the burst's entries.
