@@ -9,6 +9,16 @@
 //! * The producer fills a burst of [`BURST`] slots, then publishes its index once (Release);
 //!   the consumer takes what the index shows, a burst at most, then publishes its own (Release).
 //!   Each side re-reads the other's index (Acquire) only when its cached copy says stop.
+//! * While it copies a frame longer than a line, the producer asks for the next slot's lines
+//!   for writing (PREFETCHW), as our memif client does (`prefetch_next`): the consumer read
+//!   them last, and a copy that waits for each line in turn holds every later store behind
+//!   it. Without it the probe was no ceiling above 64 B (the pairs beat it). A/B in one
+//!   sitting (in-process flip of 250-ms windows, ratio with/without p20/p50/p80): two copies
+//!   512 B 1.63/1.70/1.78 and 1.62/1.70/1.80, 1518 B 0.98/1.05/1.16 (fast state) and
+//!   1.07/1.43/1.67 (slow state 1.8 -> 2.9 Mpps); 64 B 0.90/0.97/1.01 and 0.92/0.99/1.04,
+//!   so not for one line; one copy 1518 B level (1.00). The consumer asking for the next
+//!   slot's lines was level (two copies 512 B 1.02, 1518 B 1.03) and lost with one copy
+//!   (1518 B 0.68): it does not.
 //! * Two copies (`copies = 2`: memif copy mode, MEMNIC, memnic-tester): the producer copies the
 //!   whole frame from a private buffer into the slot and the consumer copies it out into
 //!   another. One copy (`copies = 1`: vhost, where the frontend writes only the frame's headers
@@ -164,6 +174,12 @@ fn produce(ring: &Region, slot: usize, stop: &AtomicBool, written: usize) {
         }
         for i in 0..BURST as u64 {
             let at = DATA + ((head + i) as usize % SLOTS) * slot;
+            if written > LINE && i + 1 < BURST as u64 {
+                let next = DATA + ((head + i + 1) as usize % SLOTS) * slot;
+                for line in (0..written).step_by(LINE) {
+                    ring.prefetch_write(next + line);
+                }
+            }
             ring.write_bytes(at, &frame[..written])
                 .expect("slots lie inside the ring");
         }
