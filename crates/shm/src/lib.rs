@@ -54,7 +54,7 @@ pub mod tap;
 pub mod unix;
 mod volatile;
 
-pub use region::{Backing, Region, HUGE_PAGE_SIZE};
+pub use region::{store_fence, Backing, Region, HUGE_PAGE_SIZE};
 pub use sigbus::MAX_PEER_MAPPINGS;
 pub use volatile::VolatileSlice;
 

@@ -721,6 +721,8 @@ fn enqueue<V: Vring>(
     let mut sent = 0;
     let mut res = Ok(());
     let limit = pkts.len().min(MAX_BURST);
+    // Whether a frame went out with streaming stores, which the publish must be fenced after.
+    let mut streamed = false;
     // A disabled rx ring gets nothing.
     while c.enabled && sent < limit {
         // Place a batch: each frame's chain walked, its pieces kept, its buffer prefetched.
@@ -751,7 +753,11 @@ fn enqueue<V: Vring>(
             let m = &pkts[sent + k];
             let pieces = &s.batch[start as usize..end as usize];
             write_header(&c.mem, pieces, c.hdr_len, 1);
-            write_pieces(&c.mem, pieces, c.hdr_len, m, 0, m.len());
+            if m.len() <= V::STREAM_MAX && stream_frame(&c.mem, pieces, c.hdr_len, m) {
+                streamed = true;
+            } else {
+                write_pieces(&c.mem, pieces, c.hdr_len, m, 0, m.len());
+            }
             r.put_used(&mut used, chain, (c.hdr_len + m.len()) as u32);
             s.stats.packets += 1;
             s.stats.bytes += m.len() as u64;
@@ -791,6 +797,10 @@ fn enqueue<V: Vring>(
         }
     }
     s.last_avail = V::cursor_pos(&cur);
+    if streamed {
+        // Before used.idx (or a used flag) says the frames are there.
+        memnic_shm::store_fence();
+    }
     publish(r, c, s, used, entries);
     (sent, res)
 }
@@ -822,6 +832,21 @@ fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize
 /// 1024-B frames (2 rounds, single runs) 11.5-12.1 -> 12.9-13.3 split, 10.9-11.2 -> 12.3-12.5
 /// packed; the whole of a 1518-B frame was level with this.
 const PREFETCH_WRITE_MAX: usize = 1024 + 12;
+
+/// Writes a one-segment frame after its header in the chain's first buffer with streaming
+/// stores ([`Vring::STREAM_MAX`]); false (nothing written) when the frame is not one segment
+/// of private memory or the buffer does not hold it with its header.
+#[inline(always)]
+fn stream_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, m: &Mbuf) -> bool {
+    let (Some(p), Some(src)) = (pieces.first(), m.as_slice()) else {
+        return false;
+    };
+    p.len >= hdr_len + src.len()
+        && mem
+            .map(p.region)
+            .write_bytes_streaming(p.off + hdr_len, src)
+            .is_ok()
+}
 
 /// What writing one frame into the guest's rx chains did.
 enum Written {

@@ -118,6 +118,10 @@ pub trait Vring {
     /// counters) overlap instead of queueing one behind another. Each ring measured its own
     /// (see the impls).
     const ENQ_BATCH: usize;
+    /// The longest frame an enqueue batch writes with streaming stores
+    /// ([`memnic_shm::Region::write_bytes_streaming`], one store fence before the burst is
+    /// published); 0 for none. Each ring measured its own (see the impls).
+    const STREAM_MAX: usize;
 
     /// Where the next available chain is.
     type Cursor: Copy;
