@@ -491,6 +491,8 @@ impl MemifTxQueue {
         let mut head = *own;
         let mut sent = 0;
         let mut bytes = 0;
+        // Whether a frame went out with streaming stores, to be fenced before the publish.
+        let mut streamed = false;
         let n = pkts.len().min(MAX_BURST);
         // Zero copy: the slot each sent frame is parked in (+1), 0 for frames that were copied.
         let mut park = [0u16; MAX_BURST];
@@ -553,7 +555,7 @@ impl MemifTxQueue {
                     head.wrapping_add(slots as u16),
                     slots < free as usize,
                 );
-                let Some(used) = write_frame(&layout, m, head, free)? else {
+                let Some(used) = write_frame(&layout, m, head, free, &mut streamed)? else {
                     break;
                 };
                 head = head.wrapping_add(used);
@@ -572,6 +574,9 @@ impl MemifTxQueue {
         }
         if head != *own {
             *own = head;
+            if streamed {
+                memnic_shm::store_fence();
+            }
             // The frames are in their slots: the server may read them.
             publish(ring.head(), head);
             QueueCore::kick(c);
@@ -601,6 +606,8 @@ impl MemifTxQueue {
         let n = pkts.len().min(MAX_BURST);
         // The burst's first buffers asked for at once, later ones a frame ahead.
         let asked = prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail);
+        // Whether a frame went out with streaming stores, to be fenced before the publish.
+        let mut streamed = false;
         while sent < n {
             let m = &pkts[sent];
             // (One slot a frame, as far as the hint knows: see `ToDescriptors::extent`.)
@@ -612,7 +619,9 @@ impl MemifTxQueue {
                 used + 1 < win.avail,
             );
             // No room for the whole frame: it and the rest stay with the caller.
-            let Some(slots) = write_frame(&dst, m, win.slot(used), win.avail - used)? else {
+            let Some(slots) =
+                write_frame(&dst, m, win.slot(used), win.avail - used, &mut streamed)?
+            else {
                 break;
             };
             used += slots;
@@ -624,6 +633,9 @@ impl MemifTxQueue {
         }
         if used > 0 {
             *own = win.slot(used);
+            if streamed {
+                memnic_shm::store_fence();
+            }
             // The frames are in the client's buffers: it may take them.
             publish(ring.tail(), *own);
             QueueCore::kick(c);

@@ -9,7 +9,7 @@
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use crate::region::copy_bytes;
+use crate::region::{copy_bytes, stream_bytes};
 use crate::{Region, Result, ShmError};
 
 /// `len` bytes of shared memory, borrowed from the mapping that holds them (`'a`).
@@ -98,6 +98,17 @@ impl<'a> VolatileSlice<'a> {
         // SAFETY: the destination is inside our window (checked) and src is private memory that
         // cannot overlap it (no reference to window bytes exists).
         unsafe { copy_bytes(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` into the window at `offset` with streaming stores where the destination is
+    /// 16-byte aligned (see [`crate::Region::write_bytes_streaming`]; weakly ordered: call
+    /// [`crate::store_fence`] before publishing the bytes).
+    #[inline(always)]
+    pub fn write_streaming(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check(offset, src.len(), self.len)?;
+        // SAFETY: as in `write`.
+        unsafe { stream_bytes(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
         Ok(())
     }
 
