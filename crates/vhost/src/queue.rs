@@ -838,7 +838,9 @@ const PREFETCH_WRITE_MAX: usize = 1024 + 12;
 /// of private memory or the buffer does not hold it with its header.
 #[inline(always)]
 fn stream_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, m: &Mbuf) -> bool {
-    let (Some(p), Some(src)) = (pieces.first(), m.as_slice()) else {
+    // (One segment only: a chain's first segment is not the frame.)
+    let src = m.as_slice().filter(|s| s.len() == m.len());
+    let (Some(p), Some(src)) = (pieces.first(), src) else {
         return false;
     };
     p.len >= hdr_len + src.len()

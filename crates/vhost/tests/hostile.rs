@@ -910,6 +910,23 @@ fn hostile_rx_chains_are_refused_or_keep_the_frame_waiting() {
         g.offer_in(RXQ, idx, 4);
         assert_eq!(txq.tx_burst(&mut pkts), 1, "the next good chain takes it");
         assert_eq!(g.used_idx_in(RXQ), idx + 1);
+        idx += 1;
+        // A frame of two segments (60 + 40 bytes: short enough for the streamed copy, which
+        // takes one segment only) arrives whole.
+        let mut m = pool.alloc().unwrap();
+        m.append(60).unwrap().fill(7);
+        let mut tail = pool.alloc().unwrap();
+        tail.append(40).unwrap().fill(8);
+        assert!(m.chain(tail).is_ok());
+        g.offer_in(RXQ, idx, 4);
+        let mut pkts = vec![m];
+        assert_eq!(txq.tx_burst(&mut pkts), 1, "a chained frame");
+        assert_eq!(g.used_elem_in(RXQ, idx), (4, (HDR + 100) as u32));
+        let mut got = vec![0u8; 100];
+        g.mem
+            .read_bytes((room + HDR as u64) as usize, &mut got)
+            .unwrap();
+        assert_eq!((&got[..60], &got[60..]), (&[7; 60][..], &[8; 40][..]));
         b.hang_up_and_serve_the_next(f, tag);
         drop(txq);
     }
