@@ -267,7 +267,7 @@ impl Stream {
         }
         if cfg.verify {
             for m in &self.pkts {
-                match m.as_slice().filter(|_| m.nb_segs() == 1) {
+                match m.frame_slice() {
                     Some(f) => self.verifier.check(f),
                     None => {
                         // Peer-visible, external or chained: check a private copy.

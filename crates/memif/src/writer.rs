@@ -160,8 +160,7 @@ pub(crate) fn write_frame<'a>(
 ) -> Result<Option<u16>, DataError> {
     let len = m.len();
     if len <= STREAM_MAX && room > 0 {
-        // (One segment only: a chain's first segment is not the frame.)
-        if let Some(src) = m.as_slice().filter(|s| s.len() == len) {
+        if let Some(src) = m.frame_slice() {
             let buf = dst.buffer(at)?;
             if buf.len() >= len {
                 buf.write_streaming(0, src).expect("len <= buffer length");

@@ -91,7 +91,7 @@ impl PcapTxQueue {
         };
         let len = m.len();
         let cap = len.min(TX_SNAPLEN as usize);
-        let data = match m.as_slice().filter(|_| m.nb_segs() == 1) {
+        let data = match m.frame_slice() {
             Some(s) => &s[..cap],
             None => {
                 m.copy_out(0, &mut self.scratch[..cap]);

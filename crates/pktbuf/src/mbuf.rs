@@ -197,6 +197,16 @@ impl Mbuf {
         self.idx as usize * self.buf_len as usize + self.data_off as usize
     }
 
+    /// The whole frame as one plain slice: only for a frame of one private segment (a chain's
+    /// first segment is not the frame; see [`Mbuf::as_slice`]).
+    #[inline(always)]
+    pub fn frame_slice(&self) -> Option<&[u8]> {
+        if self.nb_segs != 1 {
+            return None;
+        }
+        self.as_slice()
+    }
+
     /// This segment's data as a plain slice: only for a private segment (peer-visible and
     /// external memory is never behind a reference).
     #[inline(always)]

@@ -128,7 +128,7 @@ impl Receiver {
         );
         for m in self.buf.drain(..) {
             let copy;
-            let data = match m.as_slice().filter(|_| m.nb_segs() == 1) {
+            let data = match m.frame_slice() {
                 Some(s) => s,
                 None => {
                     copy = m.to_vec();

@@ -723,10 +723,11 @@ fn enqueue<V: Vring>(
     let limit = pkts.len().min(MAX_BURST);
     // Whether a frame went out with streaming stores, which the publish must be fenced after.
     let mut streamed = false;
+    // Each batch's chains and the ranges of their pieces in `s.batch` (only `..nb` is read).
+    let mut placed = [(crate::vring::Chain { id: 0, descs: 0 }, 0u32, 0u32); MAX_ENQ_BATCH];
     // A disabled rx ring gets nothing.
     while c.enabled && sent < limit {
         // Place a batch: each frame's chain walked, its pieces kept, its buffer prefetched.
-        let mut placed = [(crate::vring::Chain { id: 0, descs: 0 }, 0u32, 0u32); MAX_ENQ_BATCH];
         let mut nb = 0;
         s.batch.clear();
         while nb < V::ENQ_BATCH && sent + nb < limit {
@@ -838,9 +839,7 @@ const PREFETCH_WRITE_MAX: usize = 1024 + 12;
 /// of private memory or the buffer does not hold it with its header.
 #[inline(always)]
 fn stream_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, m: &Mbuf) -> bool {
-    // (One segment only: a chain's first segment is not the frame.)
-    let src = m.as_slice().filter(|s| s.len() == m.len());
-    let (Some(p), Some(src)) = (pieces.first(), src) else {
+    let (Some(p), Some(src)) = (pieces.first(), m.frame_slice()) else {
         return false;
     };
     p.len >= hdr_len + src.len()
