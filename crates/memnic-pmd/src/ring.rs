@@ -139,6 +139,31 @@ fn oversize(st: &mut QueueStats) {
     st.drops += 1;
 }
 
+/// The longest frame whose slot is written with streaming stores past its first line
+/// ([`stream_slot`]); the burst's streamed slots are fenced (`memnic_shm::store_fence`) and then
+/// published together.
+///
+/// The consumer read each slot last, so a plain store waits for the line to come back from its
+/// core, and in this machine's slow state (a far core) that wait is most of a small frame's cost.
+/// A/B in one sitting (in-process flip of ~250-ms windows, testpmd txonly -> rxonly, both sides
+/// flipping; streamed/plain p20/p50/p80 of adjacent windows):
+///
+/// ```text
+///    64 B  guest->host 1.05/1.14/2.07 (slow state 6.4 -> 13.0 Mpps), host->guest 1.09/1.96/2.28
+///   128 B  guest->host 2.21/2.38/2.64 (5.8 -> 13.6), host->guest 1.22/2.41/2.60 (fast 17.9 -> 21.8)
+///   256 B  guest->host 0.88/1.05/2.98, host->guest 0.81/0.90/2.59 (fast state 16.7 -> 14.2)
+///   512 B  guest->host 0.65/2.85/3.34 (fast 14.1 -> 9.3), host->guest 2.77/3.14/3.32 (slow 2.8 -> 8.8)
+/// ```
+///
+/// memnic-tester's `memnic` variant (the guest's tx into slots the emulated host never reads):
+/// 64 B 1.49/1.55/1.59 (5.2 -> 8.0 Mpps), 128 B 0.93/1.55/1.62.
+///
+/// From 256 B the fast state loses (this VM's memory bandwidth), so only up to 128 B.
+/// Streaming the first line too (status and length with the frame, then the status line
+/// stored again to publish) lost to plain first lines 0.72 in the slow state (9.6 against
+/// 13.5 Mpps at 64 B): publishing then fetches the line back from memory.
+pub(crate) const STREAM_MAX: usize = 128;
+
 /// Transmits frames from the front of `pkts` into ring `dir` as its only producer: a slot is
 /// claimed by seeing it FREE, no compare-and-swap. Sent buffers are freed after the copy loop.
 /// Returns how many frames were taken (sent, or dropped as oversize under [`Oversize::Drop`]).
@@ -159,6 +184,9 @@ pub(crate) fn transmit_single(
     let mut taken = 0;
     let mut sent = 0u64;
     let mut bytes = 0u64;
+    // Slots written with streaming stores and not yet published.
+    let mut streamed = [0usize; MAX_BURST];
+    let mut nstreamed = 0;
     while taken < n {
         let m = &pkts[taken];
         let len = m.len() as u32;
@@ -174,28 +202,26 @@ pub(crate) fn transmit_single(
         if !slot::claim_single(region.u32(off)) {
             break; // ring full
         }
-        // Relaxed: published by the Release store in `publish` below (P1).
-        region.u32(off + SLOT_LEN).store(len, Relaxed);
-        // Small frames are copied rounded up to 32 bytes where both buffers have the room. A
-        // private buffer is written straight from its slice (the common case, and the cheapest:
-        // one bounds check, no window over our own memory); anything else through windows.
-        let copied = match m.as_slice_padded(padded(len as usize, m.capacity())) {
-            Some(src) => region.write_bytes(off + SLOT_DATA, src).is_ok(),
-            None => matches!(
-                region.slice(
-                    off + SLOT_DATA,
-                    padded(len as usize, MAX_JUMBO_FRAME_LEN as usize),
-                ),
-                Ok(d) if m.copy_padded_to(&d)
-            ),
-        };
-        assert!(copied, "len <= framesz <= slot room");
-        slot::publish(region.u32(off));
+        match m.frame_slice().filter(|s| s.len() <= STREAM_MAX) {
+            Some(src) => {
+                stream_slot(region, off, src);
+                streamed[nstreamed] = off;
+                nstreamed += 1;
+            }
+            None => {
+                // Published in order: the streamed slots before this one go first.
+                publish_streamed(region, &streamed[..nstreamed]);
+                nstreamed = 0;
+                write_slot(region, off, m);
+                slot::publish(region.u32(off));
+            }
+        }
         i = next(i);
         taken += 1;
         sent += 1;
         bytes += len as u64;
     }
+    publish_streamed(region, &streamed[..nstreamed]);
     *idx = i;
     st.packets += sent;
     st.bytes += bytes;
@@ -203,4 +229,64 @@ pub(crate) fn transmit_single(
         cache.free(m);
     }
     taken
+}
+
+/// Writes `m`'s length and bytes into the claimed slot at `off` with plain stores; the caller
+/// publishes it.
+#[inline(always)]
+fn write_slot(region: &Region, off: usize, m: &Mbuf) {
+    let len = m.len() as u32;
+    // Relaxed: published by the Release store in `publish` (P1).
+    region.u32(off + SLOT_LEN).store(len, Relaxed);
+    // Small frames are copied rounded up to 32 bytes where both buffers have the room. A
+    // private buffer is written straight from its slice (the common case, and the cheapest:
+    // one bounds check, no window over our own memory); anything else through windows.
+    let copied = match m.as_slice_padded(padded(len as usize, m.capacity())) {
+        Some(src) => region.write_bytes(off + SLOT_DATA, src).is_ok(),
+        None => matches!(
+            region.slice(
+                off + SLOT_DATA,
+                padded(len as usize, MAX_JUMBO_FRAME_LEN as usize),
+            ),
+            Ok(d) if m.copy_padded_to(&d)
+        ),
+    };
+    assert!(copied, "len <= framesz <= slot room");
+}
+
+/// Writes a frame of up to [`STREAM_MAX`] bytes and its length into the claimed slot at `off`:
+/// the slot's first line (length and the frame's first 56 bytes; the status is left FREE) with
+/// plain stores, the rest up to the frame's end rounded up to 16 with streaming stores, whose
+/// lines are then written without being fetched from the consumer. The caller fences and
+/// publishes it ([`publish_streamed`]).
+#[inline(always)]
+fn stream_slot(region: &Region, off: usize, frame: &[u8]) {
+    let mut img = [0u8; SLOT_DATA + STREAM_MAX + 16];
+    img[SLOT_LEN..SLOT_LEN + 4].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+    img[SLOT_DATA..SLOT_DATA + frame.len()].copy_from_slice(frame);
+    let end = (SLOT_DATA + frame.len()).next_multiple_of(16);
+    let line = end.min(64);
+    // The length is published with the frame by the Release store in `publish` (P1).
+    region
+        .write_bytes(off + SLOT_LEN, &img[SLOT_LEN..line])
+        .expect("a slot holds 4096 bytes");
+    if end > line {
+        region
+            .write_bytes_streaming(off + line, &img[line..end])
+            .expect("a slot holds 4096 bytes");
+    }
+}
+
+/// Fences the streamed slots' stores, then publishes the slots in order.
+#[inline(always)]
+fn publish_streamed(region: &Region, offs: &[usize]) {
+    if offs.is_empty() {
+        return;
+    }
+    // The streaming stores are weakly ordered: the fence puts them before the Release stores of
+    // `publish` (P1), which alone would not order them.
+    memnic_shm::store_fence();
+    for &off in offs {
+        slot::publish(region.u32(off));
+    }
 }
