@@ -202,9 +202,14 @@ pub(crate) fn transmit_single(
         if !slot::claim_single(region.u32(off)) {
             break; // ring full
         }
-        match m.frame_slice().filter(|s| s.len() <= STREAM_MAX) {
+        let src = if len as usize <= STREAM_MAX {
+            m.as_slice_padded(streamed_len(len))
+        } else {
+            None
+        };
+        match src {
             Some(src) => {
-                stream_slot(region, off, src);
+                stream_slot(region, off, len, src);
                 streamed[nstreamed] = off;
                 nstreamed += 1;
             }
@@ -254,27 +259,32 @@ fn write_slot(region: &Region, off: usize, m: &Mbuf) {
     assert!(copied, "len <= framesz <= slot room");
 }
 
-/// Writes a frame of up to [`STREAM_MAX`] bytes and its length into the claimed slot at `off`:
-/// the slot's first line (length and the frame's first 56 bytes; the status is left FREE) with
-/// plain stores, the rest up to the frame's end rounded up to 16 with streaming stores, whose
-/// lines are then written without being fetched from the consumer. The caller fences and
-/// publishes it ([`publish_streamed`]).
+/// Writes a frame of `len` (up to [`STREAM_MAX`]) bytes and its length into the claimed slot
+/// at `off`, from `src`, the frame's buffer up to [`streamed_len`]: the slot's first line
+/// (length and the frame's first 56 bytes; the status is left FREE) with plain stores, the rest
+/// with streaming stores, whose lines are then written without being fetched from the
+/// consumer. The caller fences and publishes it ([`publish_streamed`]). (Through a stack copy
+/// of the slot instead of the buffer's own padding: 0.92 and 0.94 at 64 B, level at 128 B.)
 #[inline(always)]
-fn stream_slot(region: &Region, off: usize, frame: &[u8]) {
-    let mut img = [0u8; SLOT_DATA + STREAM_MAX + 16];
-    img[SLOT_LEN..SLOT_LEN + 4].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-    img[SLOT_DATA..SLOT_DATA + frame.len()].copy_from_slice(frame);
-    let end = (SLOT_DATA + frame.len()).next_multiple_of(16);
-    let line = end.min(64);
-    // The length is published with the frame by the Release store in `publish` (P1).
+fn stream_slot(region: &Region, off: usize, len: u32, src: &[u8]) {
+    // Relaxed: published by the Release store in `publish` (P1).
+    region.u32(off + SLOT_LEN).store(len, Relaxed);
+    let first = src.len().min(64 - SLOT_DATA);
     region
-        .write_bytes(off + SLOT_LEN, &img[SLOT_LEN..line])
+        .write_bytes(off + SLOT_DATA, &src[..first])
         .expect("a slot holds 4096 bytes");
-    if end > line {
+    if src.len() > first {
         region
-            .write_bytes_streaming(off + line, &img[line..end])
+            .write_bytes_streaming(off + SLOT_DATA + first, &src[first..])
             .expect("a slot holds 4096 bytes");
     }
+}
+
+/// How many bytes of a frame of `len` bytes [`stream_slot`] writes: up to the slot's next
+/// 16-byte boundary (a streaming store writes 16 aligned bytes).
+#[inline(always)]
+fn streamed_len(len: u32) -> usize {
+    (SLOT_DATA + len as usize).next_multiple_of(16) - SLOT_DATA
 }
 
 /// Fences the streamed slots' stores, then publishes the slots in order.
