@@ -772,9 +772,9 @@ pub(crate) unsafe fn stream_bytes(src: *const u8, dst: *mut u8, len: usize) {
     };
 }
 
-/// Copies `len` bytes. Up to 128 bytes (small frames, a frame's headers) take fixed-size moves
-/// the compiler inlines as vector loads and stores; a `memcpy` call costs more than the copy at
-/// those sizes.
+/// Copies `len` bytes. Up to 128 bytes (small frames, a frame's headers, the ends of a streamed
+/// copy) take fixed-size moves the compiler inlines; a `memcpy` call costs more than the copy
+/// at those sizes.
 ///
 /// # Safety
 /// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of writes, and the two
@@ -784,9 +784,12 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     // Up to 128 bytes in straight-line moves that may overlap each other (a memcpy call, or a
     // loop, spent more on getting there than on the moves at these sizes). Longer copies pay
     // one compare before memcpy.
-    if !(16..=128).contains(&len) {
+    if len > 128 {
         // SAFETY: as guaranteed by the caller.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+    } else if len < 16 {
+        // SAFETY: as guaranteed by the caller.
+        unsafe { copy_short(src, dst, len) };
     } else if len > 64 {
         // SAFETY: 64 < len: all four moves lie in 0..len of the ranges the caller guarantees.
         unsafe {
@@ -807,6 +810,38 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
             std::ptr::copy_nonoverlapping(src, dst, 16);
             std::ptr::copy_nonoverlapping(src.add(len - 16), dst.add(len - 16), 16);
         }
+    }
+}
+
+/// Copies fewer than 16 bytes in at most two moves that may overlap (a `memcpy` call for the
+/// head or tail of a streamed copy cost more than the copy).
+///
+/// # Safety
+/// As [`copy_bytes`], with `len < 16`.
+#[inline(always)]
+unsafe fn copy_short(src: *const u8, dst: *mut u8, len: usize) {
+    debug_assert!(len < 16);
+    if len >= 8 {
+        // SAFETY: 8 <= len: both moves lie in 0..len of the caller's ranges.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, 8);
+            std::ptr::copy_nonoverlapping(src.add(len - 8), dst.add(len - 8), 8);
+        }
+    } else if len >= 4 {
+        // SAFETY: 4 <= len: as above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, 4);
+            std::ptr::copy_nonoverlapping(src.add(len - 4), dst.add(len - 4), 4);
+        }
+    } else if len >= 2 {
+        // SAFETY: 2 <= len: as above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, 2);
+            std::ptr::copy_nonoverlapping(src.add(len - 2), dst.add(len - 2), 2);
+        }
+    } else if len == 1 {
+        // SAFETY: one byte, inside both ranges.
+        unsafe { *dst = *src };
     }
 }
 
@@ -961,23 +996,29 @@ mod tests {
         }
     }
 
-    /// Streaming writes (the region's and a window's, in turn) at every alignment and length up
-    /// to 200 bytes write exactly their bytes (head, streamed body, tail), nothing before or
-    /// after; out of range is an error.
+    /// Streaming writes (the region's and a window's) and plain ones, in turn, at every
+    /// alignment and length up to 200 bytes write exactly their bytes (head, streamed body,
+    /// tail; each size class of the plain copy), nothing before or after, and read back the
+    /// same; out of range is an error.
     #[test]
-    fn streaming_writes_copy_exactly_their_bytes_at_every_alignment() {
+    fn writes_copy_exactly_their_bytes_at_every_alignment() {
         let r = Region::private(4096, false).unwrap();
         let src: Vec<u8> = (0..256u32).map(|i| (i * 13 + 5) as u8).collect();
         for at in 0..20 {
             for len in 0..=200 {
                 r.fill(0, 512, 0xee).unwrap();
-                if (at + len) % 2 == 0 {
-                    r.write_bytes_streaming(64 + at, &src[..len]).unwrap();
-                } else {
-                    let w = r.slice(64 + at, len).unwrap();
-                    w.write_streaming(0, &src[..len]).unwrap();
+                match (at + len) % 3 {
+                    0 => r.write_bytes_streaming(64 + at, &src[..len]).unwrap(),
+                    1 => {
+                        let w = r.slice(64 + at, len).unwrap();
+                        w.write_streaming(0, &src[..len]).unwrap();
+                    }
+                    _ => r.write_bytes(64 + at, &src[..len]).unwrap(),
                 }
                 store_fence();
+                let mut got = vec![0u8; len];
+                r.read_bytes(64 + at, &mut got).unwrap();
+                assert_eq!(got, &src[..len], "at {at} len {len}: read back");
                 let mut back = vec![0u8; 512];
                 r.read_bytes(0, &mut back).unwrap();
                 let (before, rest) = back.split_at(64 + at);
