@@ -49,6 +49,9 @@ pub struct Conn {
     pub irq: Option<Arc<EventFd>>,
     /// Client zero copy: descriptors point at pool buffers in this region index.
     pub zero_copy_region: Option<u16>,
+    /// Server: the lines of each small frame are flushed from our caches once copied out
+    /// ([`crate::chain::FLUSH_READ_MAX`]), for a client whose tx writes them with plain stores.
+    pub flush_read: bool,
 }
 
 /// Shared between the control path and one queue.
@@ -284,6 +287,7 @@ impl MemifRxQueue {
         let start = pkts.len();
         let mut src = FromRegions {
             regions: &c.regions,
+            flush: c.flush_read,
         };
         let used = receive(&mut src, ring, &win, pkts, max, cache, stats)?;
         if used > 0 {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use memnic_shm::unix::{SeqpacketConn, SeqpacketListener, SocketAddrSpec};
 use memnic_shm::ShmError;
 
-use crate::msg::{Hello, Init, Msg, Name};
+use crate::msg::{Hello, Init, Msg, Name, APP_NAME};
 
 /// Clients greeted but not yet dispatched; more are refused (a flood must not exhaust fds).
 const MAX_GREETING: usize = 64;
@@ -202,7 +202,7 @@ impl SharedListener {
             if st.greeting.len() >= MAX_GREETING || conn.set_nonblocking(true).is_err() {
                 continue; // dropped: closes the connection
             }
-            let hello = Msg::Hello(Hello::new(Name::truncated("memnic")));
+            let hello = Msg::Hello(Hello::new(Name::truncated(APP_NAME)));
             if conn.send(&hello.encode(), &[]).is_ok() {
                 st.greeting.push((conn, Instant::now()));
             }

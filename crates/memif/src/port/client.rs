@@ -16,7 +16,7 @@ use memnic_shm::Region;
 use super::{Handshake, MemifError, MemifPort, Phase, Refusal, Session};
 use crate::msg::{
     self, AddRegion, AddRing, Hello, Init, InterfaceMode, Msg, MsgType, Name, RingDirection,
-    DESC_SIZE, MAX_LOG2_RING_SIZE, RING_HEADER_SIZE,
+    APP_NAME, DESC_SIZE, MAX_LOG2_RING_SIZE, RING_HEADER_SIZE,
 };
 use crate::queue::{Conn, Role};
 use crate::ring::{Regions, Ring};
@@ -287,7 +287,7 @@ impl MemifPort {
                 id: self.cfg.id,
                 mode: InterfaceMode::Ethernet,
                 secret: self.secret.clone(),
-                name: Name::truncated("memnic"),
+                name: Name::truncated(APP_NAME),
             }),
             None,
         ));
@@ -381,6 +381,7 @@ impl MemifPort {
                     RingDirection::C2S => zc_region(self.tx_pool.get(index).copied().flatten()),
                     RingDirection::S2C => zc_region(self.rx_pool.get(index).copied().flatten()),
                 },
+                flush_read: false,
             };
             session.attach(place.direction, index, conn);
             adds.push((
