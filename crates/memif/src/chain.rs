@@ -183,17 +183,20 @@ pub(crate) struct FromRegions<'a> {
     pub flush: bool,
 }
 
-/// The longest frame whose buffer lines the server flushes from its caches once it has copied
-/// them out, when the client is not ours (`Conn::flush_read`): the client's next plain store to
-/// the buffer then fetches the line from memory, not from this core, which in this machine's
-/// slow state (a far core) is most of a small frame's cost. Our own client writes frames of up
-/// to this size with streaming stores, which fetch nothing, so the flush would only cost there.
-/// A/B (in-process flip, our server rxonly, flushed/not p20/p50/p80):
+/// The longest frame whose buffer lines the receiver (either role) flushes from its caches
+/// once it has copied them out, when the peer is not ours (`Conn::flush_read`): the peer's next
+/// plain store to the buffer then fetches the line from memory, not from this core, which in
+/// this machine's slow state (a far core) is most of a small frame's cost. Our own tx writes
+/// frames of up to this size with streaming stores, which fetch nothing, so the flush would only
+/// cost there. A/B (in-process flip, our side rxonly, flushed/not p20/p50/p80):
 ///
 /// ```text
-///   DPDK's client  64 B  1.09/2.25/2.46 (slow state 6.1 -> 15.0 Mpps, fast 18.9 -> 19.9)
-///                 128 B  0.91/0.99/1.96 (slow state 5.8 -> 13.3 Mpps, fast 19.0 -> 18.8)
-///   our client     64 B  0.89/0.96/1.03, 128 B 0.87/0.94/1.01 (not flushed for ours)
+///   C2S our server, DPDK's client  64 B  1.09/2.25/2.46 (slow state 6.1 -> 15.0 Mpps, fast 18.9 -> 19.9)
+///                                 128 B  0.91/0.99/1.96 (slow state 5.8 -> 13.3 Mpps, fast 19.0 -> 18.8)
+///       our server, our client     64 B  0.89/0.96/1.03, 128 B 0.87/0.94/1.01 (not flushed for ours)
+///   S2C our client, DPDK's server  64 B  1.12/2.19/2.31 (slow state 6.0 -> 13.6, fast 19.9 -> 20.2)
+///                                 128 B  1.92/2.07/2.17 (slow state 5.7 -> 12.0)
+///       our client, our server     64 B  0.86/0.94/1.00 (not flushed for ours)
 /// ```
 pub(crate) const FLUSH_READ_MAX: u32 = 128;
 
@@ -246,6 +249,8 @@ pub(crate) struct FromLayout<'a> {
     pub base: usize,
     pub bsize: u32,
     pub mask: u16,
+    /// Flush a frame's lines once copied out ([`FLUSH_READ_MAX`]).
+    pub flush: bool,
 }
 
 impl<'a> FromLayout<'a> {
@@ -292,7 +297,11 @@ impl Source for FromLayout<'_> {
         keep: &mut bool,
         cache: &mut PoolCache,
     ) -> Result<(), DataError> {
-        *keep = *keep && m.extend_from(&self.bytes(slot, d), cache);
+        let bytes = self.bytes(slot, d);
+        *keep = *keep && m.extend_from(&bytes, cache);
+        if self.flush && d.length <= FLUSH_READ_MAX {
+            bytes.flush_lines();
+        }
         Ok(())
     }
 }

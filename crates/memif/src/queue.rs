@@ -49,8 +49,9 @@ pub struct Conn {
     pub irq: Option<Arc<EventFd>>,
     /// Client zero copy: descriptors point at pool buffers in this region index.
     pub zero_copy_region: Option<u16>,
-    /// Server: the lines of each small frame are flushed from our caches once copied out
-    /// ([`crate::chain::FLUSH_READ_MAX`]), for a client whose tx writes them with plain stores.
+    /// The lines of each small frame received are flushed from our caches once copied out
+    /// ([`crate::chain::FLUSH_READ_MAX`]), for a peer whose tx writes them with plain stores
+    /// (one that did not name itself ours).
     pub flush_read: bool,
 }
 
@@ -323,6 +324,7 @@ impl MemifRxQueue {
                     base,
                     bsize,
                     mask: ring.mask(),
+                    flush: c.flush_read,
                 };
                 receive(&mut src, ring, &win, pkts, max, cache, stats)?
             }

@@ -284,8 +284,8 @@ impl Harness {
             buffers: client.then(|| (self.base(ring_off), self.bsize)),
             irq: None,
             zero_copy_region: (self.kind == Kind::ClientZeroCopy).then_some(1),
-            // A server flushes what it copied out, as for a client that is not ours.
-            flush_read: !client,
+            // Both roles flush what they copied out, as for a peer that is not ours.
+            flush_read: true,
         }
     }
 
