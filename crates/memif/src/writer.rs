@@ -163,7 +163,14 @@ pub(crate) const STREAM_MAX: usize = 128;
 /// ```
 #[inline(always)]
 fn streams(m: &Mbuf) -> bool {
-    m.len() <= STREAM_MAX && m.frame_slice().is_some()
+    streamed_bytes(m).is_some()
+}
+
+/// The bytes [`write_frame`] writes with streaming stores: a one-segment frame of private
+/// memory, up to [`STREAM_MAX`].
+#[inline(always)]
+fn streamed_bytes(m: &Mbuf) -> Option<&[u8]> {
+    m.frame_slice().filter(|s| s.len() <= STREAM_MAX)
 }
 
 /// Writes `m` into the slots `at, at + 1, …`, using at most `room` of them. Returns how many it
@@ -178,15 +185,13 @@ pub(crate) fn write_frame<'a>(
     streamed: &mut bool,
 ) -> Result<Option<u16>, DataError> {
     let len = m.len();
-    if len <= STREAM_MAX && room > 0 {
-        if let Some(src) = m.frame_slice() {
-            let buf = dst.buffer(at)?;
-            if buf.len() >= len {
-                buf.write_streaming(0, src).expect("len <= buffer length");
-                dst.finish(at, len as u32, 0);
-                *streamed = true;
-                return Ok(Some(1));
-            }
+    if let Some(src) = streamed_bytes(m).filter(|_| room > 0) {
+        let buf = dst.buffer(at)?;
+        if buf.len() >= len {
+            buf.write_streaming(0, src).expect("len <= buffer length");
+            dst.finish(at, len as u32, 0);
+            *streamed = true;
+            return Ok(Some(1));
         }
     }
     let mut done = 0usize;

@@ -748,7 +748,7 @@ fn enqueue<V: Vring>(
             // A frame written with streaming stores fetches no line (asking for them ahead
             // only pulled them over from the frontend; A/B not asked/asked, split 64 B
             // 0.95/1.09/1.23, 128 B 1.06/1.14/1.25).
-            if !streams::<V>(&pkts[sent + nb]) {
+            if streamed_bytes::<V>(&pkts[sent + nb]).is_none() {
                 prefetch_pieces(&c.mem, &s.batch[start..], c.hdr_len, need);
             }
             placed[nb] = (chain, start as u32, s.batch.len() as u32);
@@ -759,7 +759,9 @@ fn enqueue<V: Vring>(
             let m = &pkts[sent + k];
             let pieces = &s.batch[start as usize..end as usize];
             write_header(&c.mem, pieces, c.hdr_len, 1);
-            if streams::<V>(m) && stream_frame(&c.mem, pieces, c.hdr_len, m) {
+            if streamed_bytes::<V>(m)
+                .is_some_and(|src| stream_frame(&c.mem, pieces, c.hdr_len, src))
+            {
                 streamed = true;
             } else {
                 write_pieces(&c.mem, pieces, c.hdr_len, m, 0, m.len());
@@ -839,19 +841,20 @@ fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize
 /// packed; the whole of a 1518-B frame was level with this.
 const PREFETCH_WRITE_MAX: usize = 1024 + 12;
 
-/// Whether an enqueue batch writes `m` with streaming stores (one segment of private memory, up
-/// to [`Vring::STREAM_MAX`]; [`stream_frame`] still falls back when the buffer is short).
+/// The bytes an enqueue batch writes with streaming stores: a one-segment frame of private
+/// memory, up to [`Vring::STREAM_MAX`] ([`stream_frame`] still falls back when the buffer is
+/// short).
 #[inline(always)]
-fn streams<V: Vring>(m: &Mbuf) -> bool {
-    m.len() <= V::STREAM_MAX && m.frame_slice().is_some()
+fn streamed_bytes<V: Vring>(m: &Mbuf) -> Option<&[u8]> {
+    m.frame_slice().filter(|s| s.len() <= V::STREAM_MAX)
 }
 
-/// Writes a one-segment frame after its header in the chain's first buffer with streaming
-/// stores ([`Vring::STREAM_MAX`]); false (nothing written) when the frame is not one segment
-/// of private memory or the buffer does not hold it with its header.
+/// Writes a frame's bytes (`src`, [`streamed_bytes`]) after its header in the chain's first
+/// buffer with streaming stores; false (nothing written) when the buffer does not hold them
+/// with the header.
 #[inline(always)]
-fn stream_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, m: &Mbuf) -> bool {
-    let (Some(p), Some(src)) = (pieces.first(), m.frame_slice()) else {
+fn stream_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, src: &[u8]) -> bool {
+    let Some(p) = pieces.first() else {
         return false;
     };
     p.len >= hdr_len + src.len()
