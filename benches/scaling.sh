@@ -5,14 +5,16 @@
 # network; it needs only a release build of memnic.
 #
 #   benches/scaling.sh [OUT_DIR]        (env: MEMNIC=path/to/memnic, SIZES=64,1518, ROUNDS=2,
-#                                        SECONDS_PER_RUN=4, QUEUES=1,2,4,8 to override the choice)
+#                                        SECONDS_PER_RUN=4, QUEUES=1,2,4,8 to override the choice,
+#                                        VERIFY=0 to leave out the verified run)
 #
 # Picks one CPU per physical core (the first thread of each), the cores of one NUMA node first:
 # side A (memif server, MEMNIC host) takes the first N of them, side B the next N. The most
 # queue pairs is the largest power of two up to half the cores (8 on 16). Writes machine.txt,
 # verify.json (an 8-queue verified memif run: nothing lost, corrupted or reordered at scale),
 # memif.txt and memnic.txt (the bench tables: ratio = Mpps over N times the x1 rate, 1.00 is
-# perfect scaling) under OUT_DIR (default: $OUT, else ./scaling-out).
+# perfect scaling; "limit (2 copies) xN" is N bare rings side by side, each pair's "of limit" is
+# over the limit with as many rings) under OUT_DIR (default: $OUT, else ./scaling-out).
 set -euo pipefail
 OUT_DIR=${1:-${OUT:-scaling-out}}
 MEMNIC=${MEMNIC:-target/release/memnic}
@@ -50,6 +52,7 @@ SIDE_B=$(join "${CPUS[@]:MOST:MOST}")
 echo "queues $QUEUES; side A CPUs $SIDE_A, side B CPUs $SIDE_B" | tee -a "$OUT_DIR/machine.txt"
 
 # Correctness at the widest: MOST queue pairs, the verifier on every frame.
+if [ "${VERIFY:-1}" != 0 ]; then
 SOCK=$(mktemp -u /tmp/scaling-XXXXXX.sock)
 "$MEMNIC" testpmd -l "$SIDE_A" --vdev "memif0,role=server,socket=$SOCK" --rxq "$MOST" --txq "$MOST" \
     --ring-bind-lcpu --forward-mode rxonly --verify --txpkts 1000 --duration 6 --json \
@@ -61,6 +64,7 @@ for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
     echo "scaling.sh: the verified run's client exited with $?" | tee -a "$OUT_DIR/machine.txt"
 wait "$server" || echo "scaling.sh: the verified run's server exited with $?" | tee -a "$OUT_DIR/machine.txt"
 rm -f "$SOCK"
+fi
 
 common=(--queues "$QUEUES" --sizes "$SIZES" --rounds "$ROUNDS" --seconds "$SECS" --cpus "$SIDE_A/$SIDE_B" --quiet)
 "$MEMNIC" bench memif --peer memnic "${common[@]}" | tee "$OUT_DIR/memif.txt"

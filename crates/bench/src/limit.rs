@@ -30,6 +30,10 @@
 //!   another. One copy (`copies = 1`: vhost, where the frontend writes only the frame's headers
 //!   into its buffer and the backend copies the frame once): the producer writes the frame's
 //!   first line, the consumer copies the whole frame out.
+//! * A scaling run (N queue pairs) has a limit per N: N rings side by side, each with its own
+//!   producer and consumer on the CPUs of one queue pair, their counts summed. What the
+//!   machine gives N bare rings at once (shared caches, memory bandwidth, the hypervisor) is
+//!   what N queue pairs are a fraction of, not N times one ring alone.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -61,10 +65,12 @@ const STREAM_MAX: usize = 128;
 /// The largest frame the probe moves.
 pub const MAX_FRAME: usize = 16384;
 
-/// Runs the probe for `seconds` with the producer on `cpus.1` and the consumer on `cpus.0` (the
-/// pairs' receiver side); returns its window rates in frames per second, stamped by `clock`.
+/// Runs the probe for `seconds`, one ring per pair of `cpus` side by side (a scaling run's N
+/// queue pairs: N rings, each its own producer and consumer), the producer on each pair's
+/// second CPU and the consumer on its first (the pairs' receiver side); returns the window
+/// rates of all consumers together in frames per second, stamped by `clock`.
 pub fn run(
-    cpus: (usize, usize),
+    cpus: &[(usize, usize)],
     copies: u8,
     size: usize,
     seconds: u64,
@@ -79,8 +85,7 @@ pub fn run(
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
             stamps.push(Stamp {
                 secs: clock.elapsed().as_secs_f64(),
-                // Relaxed: a counter the consumer stores after each burst.
-                count: count.load(Relaxed),
+                count: count(),
             });
             next += STAMP_EVERY;
         }
@@ -88,8 +93,8 @@ pub fn run(
     })
 }
 
-/// One window of the probe (`--interleave`): `warmup` of frames, then the rate over `window`,
-/// in frames per second.
+/// One window of the probe on one pair of CPUs (`--interleave`): `warmup` of frames, then the
+/// rate over `window`, in frames per second.
 pub fn window(
     cpus: (usize, usize),
     copies: u8,
@@ -97,23 +102,28 @@ pub fn window(
     warmup: Duration,
     window: Duration,
 ) -> Result<f64, String> {
-    probe(cpus, copies, size, |count| {
+    probe(&[cpus], copies, size, |count| {
         std::thread::sleep(warmup);
-        // Relaxed: a counter the consumer stores after each burst.
-        let (t0, c0) = (Instant::now(), count.load(Relaxed));
+        let (t0, c0) = (Instant::now(), count());
         std::thread::sleep(window);
-        let (t1, c1) = (Instant::now(), count.load(Relaxed));
+        let (t1, c1) = (Instant::now(), count());
         (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
     })
 }
 
-/// Runs the producer and the consumer while `measure` samples the consumer's count, then
-/// stops them and checks what the consumer read.
+/// One ring's two threads; each returns what it checked.
+struct Ring {
+    producer: std::thread::JoinHandle<Result<(), String>>,
+    consumer: std::thread::JoinHandle<Result<(u64, u64), String>>,
+}
+
+/// Runs a producer and a consumer per pair of CPUs while `measure` samples the consumers'
+/// count (all rings together), then stops them and checks what each consumer read.
 fn probe<T>(
-    cpus: (usize, usize),
+    cpus: &[(usize, usize)],
     copies: u8,
     size: usize,
-    measure: impl FnOnce(&AtomicU64) -> T,
+    measure: impl FnOnce(&dyn Fn() -> u64) -> T,
 ) -> Result<T, String> {
     if size == 0 || size > MAX_FRAME {
         return Err(format!(
@@ -125,12 +135,52 @@ fn probe<T>(
     let written = if copies >= 2 { size } else { size.min(LINE) };
     // One copy models virtio-user's header writes, which are plain stores.
     let stream = copies >= 2 && written <= STREAM_MAX;
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Vec<Arc<AtomicU64>> = cpus.iter().map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let mut rings = Vec::new();
+    let mut started = Ok(());
+    for (&(rx_cpu, tx_cpu), count) in cpus.iter().zip(&counts) {
+        match start_ring((rx_cpu, tx_cpu), slot, written, stream, size, &stop, count) {
+            Ok(r) => rings.push(r),
+            Err(e) => {
+                started = Err(e);
+                break;
+            }
+        }
+    }
+    // Relaxed: counters each consumer stores after a burst.
+    let measured = started.map(|()| measure(&|| counts.iter().map(|c| c.load(Relaxed)).sum()));
+    // Relaxed: the threads poll the flag; nothing else is ordered by it.
+    stop.store(true, Relaxed);
+    let panicked = |_| "a limit probe thread panicked".to_string();
+    // Every frame's last byte is the pattern's, or zero where the producer did not write it.
+    let last = if written == size { (size - 1) as u8 } else { 0 };
+    for ring in rings {
+        ring.producer.join().map_err(panicked)??;
+        let (frames, sum) = ring.consumer.join().map_err(panicked)??;
+        if sum != frames.wrapping_mul(u64::from(last)) {
+            return Err(format!(
+                "the limit probe read {frames} frames whose last bytes sum to {sum}, not {frames} x {last}"
+            ));
+        }
+    }
+    measured
+}
+
+/// Starts one ring: its producer pinned to `cpus.1`, its consumer to `cpus.0`.
+fn start_ring(
+    cpus: (usize, usize),
+    slot: usize,
+    written: usize,
+    stream: bool,
+    size: usize,
+    stop: &Arc<AtomicBool>,
+    count: &Arc<AtomicU64>,
+) -> Result<Ring, String> {
     let ring = Arc::new(
         Region::private(DATA + SLOTS * slot, false)
             .map_err(|e| format!("the limit probe's ring: {e}"))?,
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
     let producer = {
         let (ring, stop) = (ring.clone(), stop.clone());
         std::thread::Builder::new()
@@ -143,29 +193,24 @@ fn probe<T>(
             .map_err(|e| format!("cannot start the limit probe's producer: {e}"))?
     };
     let consumer = {
-        let (ring, stop, count) = (ring.clone(), stop.clone(), count.clone());
+        let (stop, count) = (stop.clone(), count.clone());
         std::thread::Builder::new()
             .name("limit-consumer".into())
             .spawn(move || -> Result<(u64, u64), String> {
                 memnic_shm::cpu::pin_current_thread(cpus.0).map_err(|e| e.to_string())?;
                 Ok(consume(&ring, slot, &stop, &count, size))
             })
-            .map_err(|e| format!("cannot start the limit probe's consumer: {e}"))?
+            .map_err(|e| format!("cannot start the limit probe's consumer: {e}"))
     };
-    let measured = measure(&count);
-    // Relaxed: both threads poll the flag; nothing else is ordered by it.
-    stop.store(true, Relaxed);
-    let panicked = |_| "a limit probe thread panicked".to_string();
-    producer.join().map_err(panicked)??;
-    let (frames, sum) = consumer.join().map_err(panicked)??;
-    // Every frame's last byte is the pattern's, or zero where the producer did not write it.
-    let last = if written == size { (size - 1) as u8 } else { 0 };
-    if sum != frames.wrapping_mul(u64::from(last)) {
-        return Err(format!(
-            "the limit probe read {frames} frames whose last bytes sum to {sum}, not {frames} x {last}"
-        ));
+    match consumer {
+        Ok(consumer) => Ok(Ring { producer, consumer }),
+        Err(e) => {
+            // Relaxed: as in probe; the producer alone is running and sees it.
+            stop.store(true, Relaxed);
+            let _ = producer.join();
+            Err(e)
+        }
     }
-    Ok(measured)
 }
 
 /// The producer: bursts of `written`-byte frames into free slots.
@@ -256,13 +301,16 @@ mod tests {
     fn the_probe_moves_frames_and_counts_them() {
         let cpus = memnic_shm::cpu::allowed_cpus();
         let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
-        let rates = run(pair, 2, 64, 3, Instant::now()).unwrap();
+        let rates = run(&[pair], 2, 64, 3, Instant::now()).unwrap();
         assert!(!rates.is_empty(), "no window in 3 s");
         assert!(rates.iter().all(|&r| r > 1e5), "{rates:?}");
         assert!(
-            run(pair, 1, 4088, 3, Instant::now()).is_ok(),
+            run(&[pair], 1, 4088, 3, Instant::now()).is_ok(),
             "a jumbo frame"
         );
+        // Two rings side by side (a scaling run's x2), their counts summed.
+        let two = run(&[pair, (pair.1, pair.0)], 2, 64, 3, Instant::now()).unwrap();
+        assert!(!two.is_empty() && two.iter().all(|&r| r > 1e5), "{two:?}");
         let w = window(
             pair,
             2,
@@ -271,7 +319,7 @@ mod tests {
             Duration::from_millis(300),
         );
         assert!(w.unwrap() > 1e5, "one window of the probe counts frames");
-        assert!(run(pair, 1, MAX_FRAME + 1, 3, Instant::now())
+        assert!(run(&[pair], 1, MAX_FRAME + 1, 3, Instant::now())
             .unwrap_err()
             .contains("takes frames of 1 to"));
     }

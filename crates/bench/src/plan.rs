@@ -171,9 +171,11 @@ pub enum Run {
     Vhost {
         backend: Impl,
     },
-    /// The bare-ring limit probe with this many copies per frame (see `limit`).
+    /// The bare-ring limit probe with this many copies per frame (see `limit`), `rings` of
+    /// them side by side on the CPUs of as many queue pairs.
     Limit {
         copies: u8,
+        rings: u16,
     },
 }
 
@@ -256,7 +258,8 @@ pub struct Plan {
     /// `--interleave`: every variant of a cell started once, each forwarding in turn for
     /// 1-s windows; the k-th window of every variant is of one turn.
     pub interleave: bool,
-    /// The limit probe's variant (the last), unless `--no-limit`.
+    /// The limit probe's first variant (after the pairs; in a scaling run one per queue
+    /// count follows it), unless `--no-limit`.
     pub limit: Option<usize>,
     pub rounds: usize,
     pub seconds: u64,
@@ -281,6 +284,23 @@ impl Plan {
         } else {
             "dpdk-dev librte-net-memif23"
         }
+    }
+
+    /// Whether variant `vi` is a limit probe.
+    pub fn is_limit(&self, vi: usize) -> bool {
+        matches!(self.variants[vi].run, Run::Limit { .. })
+    }
+
+    /// The limit probe a pair's rate is a fraction of: the one with as many rings as the
+    /// pair has queue pairs (in a scaling run), else the only one; `None` for a limit's own.
+    pub fn limit_for(&self, vi: usize) -> Option<usize> {
+        if self.is_limit(vi) {
+            return None;
+        }
+        let pairs = self.variants[vi].pairs;
+        let first = self.limit?;
+        (first..self.variants.len())
+            .find(|&l| matches!(self.variants[l].run, Run::Limit { rings, .. } if rings == pairs))
     }
 
     /// Runs in all (with `--interleave`: windows, `--seconds` a round).
@@ -527,15 +547,23 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
         };
     }
     let limit = (!common.no_limit).then(|| {
-        variants.push(VariantSpec::one_pair(
-            format!(
-                "limit ({copies} cop{})",
-                if copies == 1 { "y" } else { "ies" }
-            ),
-            Run::Limit { copies },
-            None,
-        ));
-        variants.len() - 1
+        let label = format!(
+            "limit ({copies} cop{})",
+            if copies == 1 { "y" } else { "ies" }
+        );
+        let first = variants.len();
+        if per_pair {
+            // A limit per queue count (N rings side by side), over its own x1: the bare
+            // rings' scaling, the ceiling of the pairs' with as many queues.
+            per_queues(&mut variants, &label, &|rings| Run::Limit { copies, rings });
+        } else {
+            variants.push(VariantSpec::one_pair(
+                label,
+                Run::Limit { copies, rings: 1 },
+                None,
+            ));
+        }
+        first
     });
     Ok(Plan {
         bench,
@@ -753,13 +781,21 @@ mod tests {
                 "memnic<-memnic x1",
                 "memnic<-memnic x2",
                 "memnic<-memnic x4",
-                "limit (2 copies)"
+                "limit (2 copies) x1",
+                "limit (2 copies) x2",
+                "limit (2 copies) x4"
             ]
         );
-        // Each divided by the one-queue run of its pair.
-        assert_eq!(baselines(&p), [None, Some(0), Some(0), None]);
+        // Each divided by the one-queue run of its pair; the limits by their x1.
+        assert_eq!(
+            baselines(&p),
+            [None, Some(0), Some(0), None, Some(3), Some(3)]
+        );
         let pairs: Vec<u16> = p.variants.iter().map(|v| v.pairs).collect();
-        assert_eq!(pairs, [1, 2, 4, 1]);
+        assert_eq!(pairs, [1, 2, 4, 1, 2, 4]);
+        // Each pair over the limit with as many rings.
+        let limits: Vec<Option<usize>> = (0..6).map(|vi| p.limit_for(vi)).collect();
+        assert_eq!(limits, [Some(3), Some(4), Some(5), None, None, None]);
         assert!(p.per_pair);
         assert_eq!(p.sides, (vec![0, 1, 2, 3], vec![8, 10, 11, 12]));
         assert_eq!(p.cpus, (0, 8));
@@ -775,10 +811,11 @@ mod tests {
                 "host->guest x2",
                 "guest->host x1",
                 "guest->host x2",
-                "limit (2 copies)"
+                "limit (2 copies) x1",
+                "limit (2 copies) x2"
             ]
         );
-        assert_eq!(baselines(&p), [None, Some(0), None, Some(2), None]);
+        assert_eq!(baselines(&p), [None, Some(0), None, Some(2), None, Some(4)]);
         assert_eq!(p.sides, (vec![0, 1], vec![2, 3]));
         // Without --queues nothing changes: one pair, no scaling.
         let p = plan_of("memnic").unwrap();

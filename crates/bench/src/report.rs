@@ -77,10 +77,10 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
         for (si, &size) in plan.sizes.iter().enumerate() {
             let cell = &res.windows[ci][si];
             let at = &res.at[ci][si];
-            let limit = plan.limit.and_then(|l| Summary::of(&cell[l]));
             for (vi, v) in plan.variants.iter().enumerate() {
                 let s = Summary::of(&cell[vi]);
-                let is_limit = plan.limit == Some(vi);
+                let limit_at = plan.limit_for(vi);
+                let limit = limit_at.and_then(|l| Summary::of(&cell[l]));
                 let base = v.baseline.map(|b| Summary::of(&cell[b]));
                 // A scaling run divides by N times the one-pair figure: 1.0 is perfect scaling.
                 let pairs = if plan.per_pair {
@@ -103,10 +103,11 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
                     (Some(b), false) => per(ratio(s.as_ref().map(f), b.as_ref().map(f))),
                     (None, _) => None,
                 };
-                let of_limit = |f: fn(&Summary) -> f64, q: f64| match (is_limit, plan.interleave) {
-                    (true, _) => None,
-                    (false, true) => per(over(plan.limit, q)),
-                    (false, false) => per(ratio(s.as_ref().map(f), limit.as_ref().map(f))),
+                // Over the limit with as many rings as the pair has queues: no division by N.
+                let of_limit = |f: fn(&Summary) -> f64, q: f64| match (limit_at, plan.interleave) {
+                    (None, _) => None,
+                    (Some(_), true) => over(limit_at, q),
+                    (Some(_), false) => ratio(s.as_ref().map(f), limit.as_ref().map(f)),
                 };
                 rows.push(Row {
                     case: case.label(),
@@ -184,9 +185,11 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
             None => String::new(),
         },
         match plan.limit {
+            Some(_) if plan.per_pair => format!(
+                "; of limit: the fraction of the limit xN, {same} (N bare slot rings side by side, each two threads pinned to one queue pair's CPUs, nothing else)"
+            ),
             Some(l) => format!(
-                "; of limit: the fraction of {}{}, {same} (two pinned threads moving frames through a bare slot ring, nothing else)",
-                if plan.per_pair { "N times " } else { "" },
+                "; of limit: the fraction of {}, {same} (two pinned threads moving frames through a bare slot ring, nothing else)",
                 plan.variants[l].label
             ),
             None => String::new(),
@@ -228,7 +231,10 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
         "min-max",
         "n"
     );
-    let limit_label = plan.limit.map(|l| plan.variants[l].label.as_str());
+    let limit_labels: Vec<&str> = (0..plan.variants.len())
+        .filter(|&vi| plan.is_limit(vi))
+        .map(|vi| plan.variants[vi].label.as_str())
+        .collect();
     let _ = writeln!(s, "{head}");
     let _ = writeln!(s, "{}", "-".repeat(head.len()));
     for r in rows {
@@ -251,7 +257,7 @@ pub fn table(plan: &Plan, rows: &[Row], swings: &[(String, Swing)]) -> String {
                 " ".repeat(ratio_head.len())
             };
         }
-        if plan.limit.is_some() && Some(r.variant.as_str()) != limit_label {
+        if plan.limit.is_some() && !limit_labels.contains(&r.variant.as_str()) {
             let _ = write!(
                 ratios,
                 "          {} {} {}",
@@ -452,7 +458,10 @@ mod tests {
     fn with_limit(p: &mut Plan) {
         p.variants.push(VariantSpec {
             label: "limit (2 copies)".into(),
-            run: Run::Limit { copies: 2 },
+            run: Run::Limit {
+                copies: 2,
+                rings: 1,
+            },
             baseline: None,
             pairs: 1,
         });
@@ -576,39 +585,61 @@ mod tests {
     }
 
     #[test]
-    fn a_scaling_run_divides_by_n_times_one_pair() {
+    fn a_scaling_run_divides_by_n_times_one_pair_and_by_the_limit_with_n_rings() {
         let mut p = plan();
         p.per_pair = true;
-        p.variants = [1u16, 2, 4]
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| VariantSpec {
-                label: format!("memnic<-memnic x{n}"),
-                run: Run::Memif {
-                    server: Impl::Memnic,
-                    client: Impl::Memnic,
-                    queues: n,
-                    server_sends: false,
-                },
-                baseline: (i > 0).then_some(0),
-                pairs: n,
-            })
-            .collect();
-        with_limit(&mut p);
+        let scaled = |label: &str, first: usize, run: &dyn Fn(u16) -> Run| {
+            [1u16, 2, 4]
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| VariantSpec {
+                    label: format!("{label} x{n}"),
+                    run: run(n),
+                    baseline: (i > 0).then_some(first),
+                    pairs: n,
+                })
+                .collect::<Vec<_>>()
+        };
+        p.variants = scaled("memnic<-memnic", 0, &|queues| Run::Memif {
+            server: Impl::Memnic,
+            client: Impl::Memnic,
+            queues,
+            server_sends: false,
+        });
+        p.variants
+            .extend(scaled("limit (2 copies)", 3, &|rings| Run::Limit {
+                copies: 2,
+                rings,
+            }));
+        p.limit = Some(3);
         let mut res = Results::new(&p);
-        res.windows[0][0][0] = vec![10.0; 6];
-        res.windows[0][0][1] = vec![17.0; 6];
-        res.windows[0][0][2] = vec![40.0; 6];
-        res.windows[0][0][3] = vec![50.0; 6];
+        for (vi, mpps) in [10.0, 17.0, 40.0, 50.0, 80.0, 100.0]
+            .into_iter()
+            .enumerate()
+        {
+            res.windows[0][0][vi] = vec![mpps; 6];
+        }
         let rows = rows(&p, &res);
-        // x2: 17 over 2 x 10; x4: 40 over 4 x 10; each against N times the one-pair limit.
+        // x2: 17 over 2 x 10; x4: 40 over 4 x 10.
         assert_eq!(rows[1].ratio_p50, Some(0.85));
         assert_eq!(rows[2].ratio_p50, Some(1.0));
-        assert_eq!(rows[1].of_limit_p50, Some(0.17));
+        // Each over the limit with as many rings: 10/50, 17/80, 40/100.
         assert_eq!(rows[0].of_limit_p50, Some(0.2));
+        assert_eq!(rows[1].of_limit_p50, Some(17.0 / 80.0));
+        assert_eq!(rows[2].of_limit_p50, Some(0.4));
+        // The limits' own scaling: 80 over 2 x 50, 100 over 4 x 50; no fraction of themselves.
+        assert_eq!(rows[4].ratio_p50, Some(0.8));
+        assert_eq!(rows[5].ratio_p50, Some(0.5));
+        assert_eq!((rows[3].of_limit_p50, rows[5].of_limit_p50), (None, None));
         let t = table(&p, &rows, &swings(&p, &res));
         assert!(t.contains("over N times the same pair's x1"), "{t}");
-        assert!(t.contains("fraction of N times limit (2 copies)"), "{t}");
+        assert!(t.contains("fraction of the limit xN"), "{t}");
+        let line = |v: &str| t.lines().find(|l| l.contains(v)).unwrap().to_string();
+        assert!(
+            line("limit (2 copies) x4").ends_with("0.50 0.50 0.50"),
+            "{t}"
+        );
+        assert!(line("memnic<-memnic x4").ends_with("0.40 0.40 0.40"), "{t}");
     }
 
     #[test]
