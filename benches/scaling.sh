@@ -30,7 +30,10 @@ mapfile -t CPUS < <(lscpu -p=CPU,CORE,NODE | grep -v '^#' | sort -t, -k3,3n -k2,
 CORES=${#CPUS[@]}
 {
     date -u
-    echo "kernel: $(uname -r) (gVisor reports 4.4.0: its CPU pinning and scheduling are its own)"
+    case "$(uname -r)" in
+        4.4.0) echo "kernel: 4.4.0, gVisor's: its CPU pinning and scheduling are its own" ;;
+        *) echo "kernel: $(uname -r)" ;;
+    esac
     grep -E 'Cpus_allowed_list|Mems_allowed_list' /proc/self/status || true
     echo "nproc: $(nproc), cores used (one thread each): $CORES: ${CPUS[*]}"
     lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA|MHz|L2|L3' || true
