@@ -66,6 +66,11 @@ DIR=$(mktemp -d)
 SOCK=$DIR/vhost.sock
 trap 'pkill -INT -P $$ 2>/dev/null || true; rm -rf "$DIR"' EXIT
 EAL="--no-huge -m 1024 --no-pci"
+# Seconds the frontend is given to start before its T seconds of traffic: two 1-GiB no-huge EAL
+# start-ups side by side (DPDK's backend's and the frontend's) take about 4 s here, and with T
+# counted from the frontend's launch a 10-s run of DPDK's net_vhost kept 2 statistics lines, no
+# window once the first and the last are dropped.
+STARTUP=5
 APP="--nb-cores=1 --total-num-mbufs=32768 -a --stats-period 1"
 
 backend() { # impl mode size (mode io: two ports, $SOCK and ${SOCK}1, forwarding to each other)
@@ -77,15 +82,15 @@ backend() { # impl mode size (mode io: two ports, $SOCK and ${SOCK}1, forwarding
         dpdk+=(--vdev=net_vhost1,iface=${SOCK}1,queues=1)
     fi
     if [ "$1" = dpdk ] && [ -n "$BASE" ]; then
-        timeout -s INT $((T + 6)) "$BASE" testpmd -l 1 "${ours[@]}" \
-            --forward-mode="$2" --txpkts="$3" --duration $((T + 4)) >"$DIR/b.log" 2>&1
+        timeout -s INT $((T + 10)) "$BASE" testpmd -l 1 "${ours[@]}" \
+            --forward-mode="$2" --txpkts="$3" --duration $((T + 8)) >"$DIR/b.log" 2>&1
     elif [ "$1" = dpdk ]; then
-        timeout -s INT $((T + 6)) dpdk-testpmd $EAL --lcores=0@1,1@1 --file-prefix b$$ \
+        timeout -s INT $((T + 10)) dpdk-testpmd $EAL --lcores=0@1,1@1 --file-prefix b$$ \
             "${dpdk[@]}" -- $APP --forward-mode="$2" --txpkts="$3" \
             >"$DIR/b.log" 2>&1
     else
-        timeout -s INT $((T + 6)) "$OURS" testpmd -l 1 "${ours[@]}" \
-            --forward-mode="$2" --txpkts="$3" --duration $((T + 4)) >"$DIR/b.log" 2>&1
+        timeout -s INT $((T + 10)) "$OURS" testpmd -l 1 "${ours[@]}" \
+            --forward-mode="$2" --txpkts="$3" --duration $((T + 8)) >"$DIR/b.log" 2>&1
     fi
 }
 # frontend ring mode size: virtio-user for T seconds; prints "seconds count" for each
@@ -111,7 +116,7 @@ frontend() {
             echo "start tx_first 4"
             while sleep 1; do echo "show port stats all"; done
         fi
-    } | timeout -s INT "$T" stdbuf -oL dpdk-testpmd $EAL --single-file-segments --lcores=0@0,1@0 \
+    } | timeout -s INT "$((T + STARTUP))" stdbuf -oL dpdk-testpmd $EAL --single-file-segments --lcores=0@0,1@0 \
         --file-prefix f$$ "${vdevs[@]}" \
         -- "${app[@]}" --no-flush-rx --forward-mode="$2" --txpkts="$3" 2>&1 |
         while IFS= read -r line; do
