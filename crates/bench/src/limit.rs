@@ -139,8 +139,8 @@ fn probe<T>(
     let counts: Vec<Arc<AtomicU64>> = cpus.iter().map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut rings = Vec::new();
     let mut started = Ok(());
-    for (&(rx_cpu, tx_cpu), count) in cpus.iter().zip(&counts) {
-        match start_ring((rx_cpu, tx_cpu), slot, written, stream, size, &stop, count) {
+    for (&pair, count) in cpus.iter().zip(&counts) {
+        match start_ring(pair, slot, written, stream, size, &stop, count) {
             Ok(r) => rings.push(r),
             Err(e) => {
                 started = Err(e);
