@@ -27,6 +27,8 @@ fn bad_input_is_one_sentence() {
         (vec!["--vdev".into(), "memnic0,path=x,role=guset".into()], "port 'memnic0': bad value 'guset' for 'role'"),
         (vec!["--vdev".into(), "memnic0,path=/nonexistent/dir/x,role=guest".into()], "port 'memnic0': cannot open /nonexistent/dir/x"),
         (vec!["--vdev".into(), "memnic0,path=x,role=guest,framesz=9000".into()], "bad value '9000' for 'framesz': must be within 1518..=4088"),
+        (vec!["--vdev".into(), "memnic0,path=x,role=guest,rx_holdoff_ns=5us".into()], "bad value '5us' for 'rx_holdoff_ns': expected nanoseconds from 0 to 1000000"),
+        (vec!["--vdev".into(), "memnic0,path=x,role=host,rx_holdoff_ns=1000001".into()], "bad value '1000001' for 'rx_holdoff_ns'"),
         (vec!["--vdev".into(), "ring0,size=1".into()], "port 'ring0': no driver 'ring' (available: memnic, memif, vhost, tap, pcap)"),
         (vec!["--vdev".into(), "vhost0".into()], "port 'vhost0': missing required key 'iface'"),
         (vec!["--vdev".into(), "vhost0,iface=/nonexistent/dir/s".into()], "port 'vhost0': cannot listen on /nonexistent/dir/s"),

@@ -65,6 +65,9 @@ pub struct GuestConfig {
     pub variant: Variant,
     /// How long to wait for the host to answer a reset.
     pub reset_timeout: Duration,
+    /// How long the `memnic` variant's rx leaves the ring alone after an empty poll
+    /// ([`crate::DEFAULT_RX_HOLDOFF`]; zero polls without pause).
+    pub rx_holdoff: Duration,
 }
 
 impl GuestConfig {
@@ -74,6 +77,7 @@ impl GuestConfig {
             framesz: None,
             variant: Variant::Memnic,
             reset_timeout: Duration::from_secs(5),
+            rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
         }
     }
 }
@@ -300,6 +304,7 @@ impl GuestPort {
             cache: pool.cache(),
             stats: QueueStats::default(),
             cell,
+            hold: ring::Holdoff::new(self.cfg.rx_holdoff),
         }
     }
 
@@ -350,6 +355,8 @@ pub struct GuestRxQueue {
     cache: PoolCache,
     stats: QueueStats,
     cell: Arc<StatsCell>,
+    /// The `memnic` variant's hold-off after an empty poll (the 2014 variants poll as they did).
+    hold: ring::Holdoff,
 }
 
 /// Guest transmit: writes `down`.
@@ -422,6 +429,7 @@ impl GuestRxQueue {
                 pkts,
                 max,
                 &mut self.stats,
+                &mut self.hold,
             ),
             Variant::After2014 => self.rx_2014_after(pkts, max),
             Variant::Before2014 => self.rx_2014_before(pkts, max),

@@ -29,6 +29,9 @@ pub struct HostConfig {
     pub mode: u32,
     /// Offer the frame-size feature (`features = FEAT_ALL`); a v1 host offers nothing.
     pub frame_size_feature: bool,
+    /// How long the rx queue leaves the ring alone after an empty poll
+    /// ([`crate::DEFAULT_RX_HOLDOFF`]; zero polls without pause).
+    pub rx_holdoff: Duration,
 }
 
 impl HostConfig {
@@ -37,6 +40,7 @@ impl HostConfig {
             path: path.into(),
             mode: 0o600,
             frame_size_feature: true,
+            rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
         }
     }
 }
@@ -175,6 +179,8 @@ pub struct HostPort {
     tx_cells: Vec<Arc<StatsCell>>,
     /// Why the link last went down on our side, if it did (a region cut under us).
     pub last_reason: Option<String>,
+    /// The rx queue's hold-off after an empty poll (`HostConfig::rx_holdoff`).
+    rx_holdoff: Duration,
 }
 
 /// Why the host dropped its guest when the region file was cut under it.
@@ -185,7 +191,9 @@ impl HostPort {
     /// Creates (or re-opens, keeping the MAC) the region named in `cfg`.
     pub fn create(name: &str, cfg: &HostConfig) -> Result<HostPort, MemnicError> {
         let region = Region::create_shared(&cfg.path, AREA_SIZE, cfg.mode)?;
-        Self::on_region(name, Arc::new(region), cfg.frame_size_feature)
+        let mut port = Self::on_region(name, Arc::new(region), cfg.frame_size_feature)?;
+        port.rx_holdoff = cfg.rx_holdoff;
+        Ok(port)
     }
 
     /// Host side over an already mapped region.
@@ -215,6 +223,7 @@ impl HostPort {
             rx_cells: Vec::new(),
             tx_cells: Vec::new(),
             last_reason: None,
+            rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
         })
     }
 
@@ -307,6 +316,7 @@ impl Port for HostPort {
             gate: self.shared.gate.join(),
             // Relaxed: queues are set up before forwarding starts.
             down_seen: self.shared.down_discards.load(Relaxed),
+            hold: ring::Holdoff::new(self.rx_holdoff),
         }))
     }
 
@@ -376,6 +386,8 @@ pub struct HostRxQueue {
     gate: GateMember,
     /// `HostShared::down_discards` already counted in `stats.drops`.
     down_seen: u64,
+    /// The hold-off after an empty poll.
+    hold: ring::Holdoff,
 }
 
 impl HostShared {
@@ -449,6 +461,7 @@ impl RxQueue for HostRxQueue {
                 pkts,
                 max,
                 &mut self.stats,
+                &mut self.hold,
             );
         }
         self.gate.exit();

@@ -4,6 +4,7 @@
 //! `len` is read once, checked against the private frame size and the buffer, then used.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, MAX_BURST};
 use memnic_shm::Region;
@@ -20,7 +21,68 @@ pub(crate) enum Oversize {
     Drop,
 }
 
-/// Receives up to `max` frames from ring `dir` starting at `*idx`.
+/// How long a receiver leaves its ring alone after a poll that found it empty, unless the
+/// port's `rx_holdoff_ns` devarg says otherwise.
+///
+/// The next slot a caught-up receiver polls is the one the sender is writing: each poll takes
+/// the slot's first line (status, length and the frame's first bytes) away from the sender in
+/// the middle of its stores, and the sender waits to take it back, once for the frame and again
+/// for the status. A receiver that looks again only after a few microseconds lets the sender
+/// write a run of slots undisturbed and then takes the whole run. The price is latency: a frame
+/// that arrives on an idle ring waits up to this long. A/B in one sitting (in-process flip of
+/// 1-s windows, testpmd txonly -> rxonly over one region, 24-30 s a cell, ratio of each window
+/// to its neighbours; the receiver holding off 2 or 5 us / not at all, p20/p50/p80):
+///
+/// ```text
+///    64 B  host->guest 2 us 1.05/1.08/1.11 (27.0 -> 29.4 Mpps), 5 us 1.30/1.47/1.52 (14.8 -> 21.6)
+///          guest->host 5 us 1.08/1.30/1.64 (17.1 -> 23.3)
+///   512 B  host->guest 5 us 1.15/1.37/1.38, guest->host 1.05/1.38/1.50 (fast state 19.2 -> 27.0)
+///  1518 B  host->guest 5 us 1.01/1.24/1.40, guest->host 0.94/1.17/1.56
+/// ```
+///
+/// Against each other: 3 us and 10 us level at 64 B (0.99-1.07 both ways); at 1518 B in the
+/// slow state 10 us 1.18 host->guest and 1.00 guest->host over 3 us, 1 us 0.94 guest->host.
+pub const DEFAULT_RX_HOLDOFF: Duration = Duration::from_micros(5);
+
+/// The receiver's hold-off after an empty poll ([`DEFAULT_RX_HOLDOFF`]).
+pub(crate) struct Holdoff {
+    after_empty: Duration,
+    until: Option<Instant>,
+}
+
+impl Holdoff {
+    pub(crate) fn new(after_empty: Duration) -> Holdoff {
+        Holdoff {
+            after_empty,
+            until: None,
+        }
+    }
+
+    /// Whether the ring is still to be left alone (this clock read is the only cost of a held
+    /// poll; none while frames keep arriving).
+    #[inline(always)]
+    fn holding(&mut self) -> bool {
+        match self.until {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                self.until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The poll found nothing.
+    #[inline(always)]
+    fn found_empty(&mut self) {
+        if !self.after_empty.is_zero() {
+            self.until = Some(Instant::now() + self.after_empty);
+        }
+    }
+}
+
+/// Receives up to `max` frames from ring `dir` starting at `*idx`, unless `hold` says the ring
+/// is to be left alone a while longer after an empty poll.
 ///
 /// Batched: find the run of FILLED slots (independent loads, so their cache misses overlap),
 /// allocate buffers for the whole run at once, copy, then hand all slots back. A slot with a bad length is counted in
@@ -36,7 +98,11 @@ pub(crate) fn receive(
     pkts: &mut Vec<Mbuf>,
     max: usize,
     st: &mut QueueStats,
+    hold: &mut Holdoff,
 ) -> usize {
+    if hold.holding() {
+        return 0;
+    }
     let max = max.min(MAX_BURST);
     let first = *idx;
     // No prefetch ahead here: the slots past the FILLED frontier are the ones the host is
@@ -50,6 +116,7 @@ pub(crate) fn receive(
         n += 1;
     }
     if n == 0 {
+        hold.found_empty();
         return 0;
     }
     // The run's frames are finished: fetch each one's second line (the status read brought
@@ -217,6 +284,7 @@ pub(crate) fn transmit_single(
                 // Published in order: the streamed slots before this one go first.
                 publish_streamed(region, &streamed[..nstreamed]);
                 nstreamed = 0;
+                prefetch_next_slot(region, dir, i, pkts.get(taken + 1));
                 write_slot(region, off, m);
                 slot::publish(region.u32(off));
             }
@@ -234,6 +302,40 @@ pub(crate) fn transmit_single(
         cache.free(m);
     }
     taken
+}
+
+/// The longest next frame whose slot is asked for ([`prefetch_next_slot`]).
+///
+/// The consumer read each slot last, so every line of a plain copy into it waits for the line
+/// to come back from the consumer's core, and each waiting store holds the ones behind it.
+/// Asked for (PREFETCHW) while the frame before is copied, the lines are on their way
+/// together. A/B in one sitting (in-process flip of 1-s windows, testpmd txonly -> rxonly,
+/// 24 s a cell, asked/not p20/p50/p80):
+///
+/// ```text
+///    512 B  host->guest 1.79/1.82/1.91 (slow state 3.8 -> 7.0 Mpps), guest->host 1.07/1.13/1.69
+///   1024 B  host->guest 1.41/1.44/1.45 (2.2 -> 3.2), guest->host 1.79/1.83/1.85 (1.9 -> 3.6)
+///   1518 B  host->guest 0.93/0.93/0.95 (fast state 15.4 -> 14.1), guest->host 0.88/0.94/1.47
+/// ```
+///
+/// At 1518 B the slow state gains (1.8 -> 2.6 Mpps) and the fast state loses; capped at the
+/// first 512 or 1024 bytes it lost or swung (0.54-1.27). So not past 1024 B. The bare MEMNIC
+/// ring of the limit probe gained as much (512 B 1.58/1.67/1.69, 1518 B 1.00/1.76/1.78).
+pub(crate) const PREFETCH_NEXT_MAX: usize = 1024;
+
+/// While a frame is copied into slot `i` with plain stores, asks for the lines of the next
+/// slot that the next frame (if it is copied the same way and is at most
+/// [`PREFETCH_NEXT_MAX`] bytes) will be written into.
+#[inline(always)]
+fn prefetch_next_slot(region: &Region, dir: Dir, i: usize, next_frame: Option<&Mbuf>) {
+    let Some(m) = next_frame.filter(|m| m.len() > STREAM_MAX && m.len() <= PREFETCH_NEXT_MAX)
+    else {
+        return;
+    };
+    let off = slot_off(dir, next(i));
+    for line in (0..SLOT_DATA + m.len()).step_by(64) {
+        region.prefetch_write(off + line);
+    }
 }
 
 /// Writes `m`'s length and bytes into the claimed slot at `off` with plain stores; the caller
