@@ -194,9 +194,16 @@ fn run_cell(
         for vi in stats::order(plan.variants.len(), turn) {
             let (at, rate) = match (&mut live[vi], plan.variants[vi].run) {
                 (Some(l), _) => l.turn()?,
-                (None, Run::Limit { copies, .. }) => {
+                (None, Run::Limit { copies, shape, .. }) => {
                     let start = ctx.clock.elapsed().as_secs_f64();
-                    let r = crate::limit::window(plan.cpus, copies, size as usize, WARMUP, WINDOW)?;
+                    let r = crate::limit::window(
+                        plan.cpus,
+                        copies,
+                        shape,
+                        size as usize,
+                        WARMUP,
+                        WINDOW,
+                    )?;
                     (start + (WARMUP + WINDOW / 2).as_secs_f64(), r)
                 }
                 (None, run) => return Err(format!("{run:?} cannot be interleaved")),

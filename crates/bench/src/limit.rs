@@ -40,6 +40,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use memnic_pmd::layout::{MAX_PACKET_SIZE, NR_PACKET, SLOT_DATA, SLOT_LEN, SLOT_STATUS};
+use memnic_pmd::slot;
 use memnic_shm::Region;
 
 use crate::stats::{window_rates, Stamp};
@@ -65,6 +67,16 @@ const STREAM_MAX: usize = 128;
 /// The largest frame the probe moves.
 pub const MAX_FRAME: usize = 16384;
 
+/// The ring the probe's two threads move frames through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// [`SLOTS`] slots of [`SLOT`] bytes and two indices, each published once a burst.
+    Indices,
+    /// MEMNIC's own ring: [`NR_PACKET`] slots of 4 KiB, each with its status word, claimed and
+    /// handed back one by one (two copies only).
+    MemnicSlots,
+}
+
 /// Runs the probe for `seconds`, one ring per pair of `cpus` side by side (a scaling run's N
 /// queue pairs: N rings, each its own producer and consumer), the producer on each pair's
 /// second CPU and the consumer on its first (the pairs' receiver side); returns the window
@@ -72,11 +84,12 @@ pub const MAX_FRAME: usize = 16384;
 pub fn run(
     cpus: &[(usize, usize)],
     copies: u8,
+    shape: Shape,
     size: usize,
     seconds: u64,
     clock: Instant,
 ) -> Result<Vec<f64>, String> {
-    probe(cpus, copies, size, |count| {
+    probe(cpus, copies, shape, size, |count| {
         let mut stamps = Vec::new();
         let start = Instant::now();
         let end = start + Duration::from_secs(seconds);
@@ -98,11 +111,12 @@ pub fn run(
 pub fn window(
     cpus: (usize, usize),
     copies: u8,
+    shape: Shape,
     size: usize,
     warmup: Duration,
     window: Duration,
 ) -> Result<f64, String> {
-    probe(&[cpus], copies, size, |count| {
+    probe(&[cpus], copies, shape, size, |count| {
         std::thread::sleep(warmup);
         let (t0, c0) = (Instant::now(), count());
         std::thread::sleep(window);
@@ -122,12 +136,20 @@ struct Ring {
 fn probe<T>(
     cpus: &[(usize, usize)],
     copies: u8,
+    shape: Shape,
     size: usize,
     measure: impl FnOnce(&dyn Fn() -> u64) -> T,
 ) -> Result<T, String> {
     if size == 0 || size > MAX_FRAME {
         return Err(format!(
             "the limit probe takes frames of 1 to {MAX_FRAME} bytes, not {size}"
+        ));
+    }
+    if shape == Shape::MemnicSlots && (copies < 2 || size > MAX_PACKET_SIZE - SLOT_DATA) {
+        return Err(format!(
+            "the MEMNIC-shaped limit probe copies frames twice and takes 1 to {} bytes, not {size} with {copies} cop{}",
+            MAX_PACKET_SIZE - SLOT_DATA,
+            if copies == 1 { "y" } else { "ies" }
         ));
     }
     let slot = SLOT.max(size.next_multiple_of(LINE));
@@ -140,7 +162,7 @@ fn probe<T>(
     let mut rings = Vec::new();
     let mut started = Ok(());
     for (&pair, count) in cpus.iter().zip(&counts) {
-        match start_ring(pair, slot, written, stream, size, &stop, count) {
+        match start_ring(pair, shape, slot, written, stream, size, &stop, count) {
             Ok(r) => rings.push(r),
             Err(e) => {
                 started = Err(e);
@@ -168,8 +190,10 @@ fn probe<T>(
 }
 
 /// Starts one ring: its producer pinned to `cpus.1`, its consumer to `cpus.0`.
+#[allow(clippy::too_many_arguments)]
 fn start_ring(
     cpus: (usize, usize),
+    shape: Shape,
     slot: usize,
     written: usize,
     stream: bool,
@@ -177,17 +201,22 @@ fn start_ring(
     stop: &Arc<AtomicBool>,
     count: &Arc<AtomicU64>,
 ) -> Result<Ring, String> {
-    let ring = Arc::new(
-        Region::private(DATA + SLOTS * slot, false)
-            .map_err(|e| format!("the limit probe's ring: {e}"))?,
-    );
+    let len = match shape {
+        Shape::Indices => DATA + SLOTS * slot,
+        Shape::MemnicSlots => DATA + NR_PACKET * MAX_PACKET_SIZE,
+    };
+    let ring =
+        Arc::new(Region::private(len, false).map_err(|e| format!("the limit probe's ring: {e}"))?);
     let producer = {
         let (ring, stop) = (ring.clone(), stop.clone());
         std::thread::Builder::new()
             .name("limit-producer".into())
             .spawn(move || -> Result<(), String> {
                 memnic_shm::cpu::pin_current_thread(cpus.1).map_err(|e| e.to_string())?;
-                produce(&ring, slot, &stop, written, stream);
+                match shape {
+                    Shape::Indices => produce(&ring, slot, &stop, written, stream),
+                    Shape::MemnicSlots => produce_slots(&ring, &stop, written),
+                }
                 Ok(())
             })
             .map_err(|e| format!("cannot start the limit probe's producer: {e}"))?
@@ -198,7 +227,10 @@ fn start_ring(
             .name("limit-consumer".into())
             .spawn(move || -> Result<(u64, u64), String> {
                 memnic_shm::cpu::pin_current_thread(cpus.0).map_err(|e| e.to_string())?;
-                Ok(consume(&ring, slot, &stop, &count, size))
+                Ok(match shape {
+                    Shape::Indices => consume(&ring, slot, &stop, &count, size),
+                    Shape::MemnicSlots => consume_slots(&ring, &stop, &count, size),
+                })
             })
             .map_err(|e| format!("cannot start the limit probe's consumer: {e}"))
     };
@@ -290,6 +322,113 @@ fn consume(
     (tail, sum)
 }
 
+/// The MEMNIC-shaped producer: bursts of `written`-byte frames into the slots of a MEMNIC ring
+/// (`NR_PACKET` slots of 4 KiB: status, length, data), each slot claimed by seeing it FREE and
+/// published FILLED, as the `memnic` PMD's single-producer tx does (`slot` steps, frames of up
+/// to 128 B written past the slot's first line with streaming stores and fenced per burst,
+/// longer ones with plain stores while the next slot's lines are asked for).
+fn produce_slots(ring: &Region, stop: &AtomicBool, written: usize) {
+    let frame: Vec<u8> = (0..MAX_PACKET_SIZE).map(|i| i as u8).collect();
+    let stream = written <= STREAM_MAX;
+    let mut idx = 0usize;
+    let mut filled = [0usize; BURST];
+    while !stop.load(Relaxed) {
+        let mut n = 0;
+        while n < BURST {
+            let at = DATA + idx * MAX_PACKET_SIZE;
+            if !slot::claim_single(ring.u32(at + SLOT_STATUS)) {
+                break;
+            }
+            // Relaxed: published by the Release store in `slot::publish`.
+            ring.u32(at + SLOT_LEN).store(written as u32, Relaxed);
+            let first = written.min(LINE - SLOT_DATA);
+            ring.write_bytes(at + SLOT_DATA, &frame[..first])
+                .expect("slots lie inside the ring");
+            if written > first {
+                if stream {
+                    // A streaming store writes 16 aligned bytes: up to the next boundary.
+                    let end = (SLOT_DATA + written).next_multiple_of(16) - SLOT_DATA;
+                    ring.write_bytes_streaming(at + SLOT_DATA + first, &frame[first..end])
+                } else {
+                    ring.write_bytes(at + SLOT_DATA + first, &frame[first..written])
+                }
+                .expect("slots lie inside the ring");
+            }
+            if !stream && n + 1 < BURST {
+                // The next slot's lines asked for while this one is written, as the index
+                // ring's producer does (the PMD's tx does it up to 1024 B): flip A/B of this
+                // probe, asked/not p20/p50/p80, 512 B 1.58/1.67/1.69, 1518 B 1.00/1.76/1.78.
+                let next = DATA + ((idx + 1) % NR_PACKET) * MAX_PACKET_SIZE;
+                for line in (0..SLOT_DATA + written).step_by(LINE) {
+                    ring.prefetch_write(next + line);
+                }
+            }
+            filled[n] = at;
+            n += 1;
+            idx = (idx + 1) % NR_PACKET;
+            if !stream {
+                slot::publish(ring.u32(at + SLOT_STATUS));
+            }
+        }
+        if stream && n > 0 {
+            memnic_shm::store_fence();
+            for &at in &filled[..n] {
+                slot::publish(ring.u32(at + SLOT_STATUS));
+            }
+        }
+        if n == 0 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The MEMNIC-shaped consumer: the run of FILLED slots (a burst at most), each frame's second
+/// line asked for, each copied out, then all handed back FREE, and after a poll that found
+/// none the PMD's hold-off (`memnic_pmd::DEFAULT_RX_HOLDOFF`), as the `memnic` PMD's rx does;
+/// returns what [`consume`] returns.
+fn consume_slots(ring: &Region, stop: &AtomicBool, count: &AtomicU64, size: usize) -> (u64, u64) {
+    let mut buf = vec![0u8; MAX_PACKET_SIZE];
+    let (mut idx, mut taken, mut sum) = (0usize, 0u64, 0u64);
+    while !stop.load(Relaxed) {
+        let mut n = 0;
+        while n < BURST
+            && slot::is_filled(ring.u32(DATA + ((idx + n) % NR_PACKET) * MAX_PACKET_SIZE))
+        {
+            n += 1;
+        }
+        if n == 0 {
+            // The PMD's rx hold-off: leave the slot the producer is writing alone a while.
+            let until = Instant::now() + memnic_pmd::DEFAULT_RX_HOLDOFF;
+            while Instant::now() < until && !stop.load(Relaxed) {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        // Each frame's second line asked for before the copies, as the PMD's rx does.
+        if SLOT_DATA + size > LINE {
+            for k in 0..n {
+                ring.prefetch(DATA + ((idx + k) % NR_PACKET) * MAX_PACKET_SIZE + LINE);
+            }
+        }
+        for k in 0..n {
+            let at = DATA + ((idx + k) % NR_PACKET) * MAX_PACKET_SIZE;
+            // Relaxed: after the Acquire in `slot::is_filled`.
+            let len = (ring.u32(at + SLOT_LEN).load(Relaxed) as usize).min(size);
+            ring.read_bytes(at + SLOT_DATA, &mut buf[..len])
+                .expect("slots lie inside the ring");
+            sum = sum.wrapping_add(u64::from(buf[size - 1]));
+        }
+        for k in 0..n {
+            slot::release(ring.u32(DATA + ((idx + k) % NR_PACKET) * MAX_PACKET_SIZE + SLOT_STATUS));
+        }
+        idx = (idx + n) % NR_PACKET;
+        taken += n as u64;
+        // Relaxed: a counter the bench samples.
+        count.store(taken, Relaxed);
+    }
+    (taken, sum)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,26 +440,50 @@ mod tests {
     fn the_probe_moves_frames_and_counts_them() {
         let cpus = memnic_shm::cpu::allowed_cpus();
         let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
-        let rates = run(&[pair], 2, 64, 3, Instant::now()).unwrap();
+        let rates = run(&[pair], 2, Shape::Indices, 64, 3, Instant::now()).unwrap();
         assert!(!rates.is_empty(), "no window in 3 s");
         assert!(rates.iter().all(|&r| r > 1e5), "{rates:?}");
         assert!(
-            run(&[pair], 1, 4088, 3, Instant::now()).is_ok(),
+            run(&[pair], 1, Shape::Indices, 4088, 3, Instant::now()).is_ok(),
             "a jumbo frame"
         );
         // Two rings side by side (a scaling run's x2), their counts summed.
-        let two = run(&[pair, (pair.1, pair.0)], 2, 64, 3, Instant::now()).unwrap();
+        let two = run(
+            &[pair, (pair.1, pair.0)],
+            2,
+            Shape::Indices,
+            64,
+            3,
+            Instant::now(),
+        )
+        .unwrap();
         assert!(!two.is_empty() && two.iter().all(|&r| r > 1e5), "{two:?}");
         let w = window(
             pair,
             2,
+            Shape::Indices,
             64,
             Duration::from_millis(50),
             Duration::from_millis(300),
         );
         assert!(w.unwrap() > 1e5, "one window of the probe counts frames");
-        assert!(run(&[pair], 1, MAX_FRAME + 1, 3, Instant::now())
-            .unwrap_err()
-            .contains("takes frames of 1 to"));
+        assert!(
+            run(&[pair], 1, Shape::Indices, MAX_FRAME + 1, 3, Instant::now())
+                .unwrap_err()
+                .contains("takes frames of 1 to")
+        );
+        // MEMNIC's own ring, up to the largest frame a slot holds; none past it, none with one
+        // copy.
+        for size in [64, 4088] {
+            let rates = run(&[pair], 2, Shape::MemnicSlots, size, 3, Instant::now()).unwrap();
+            assert!(
+                !rates.is_empty() && rates.iter().all(|&r| r > 1e5),
+                "{size}: {rates:?}"
+            );
+        }
+        for (copies, size) in [(2, 4089), (1, 64)] {
+            let e = run(&[pair], copies, Shape::MemnicSlots, size, 3, Instant::now());
+            assert!(e.unwrap_err().contains("MEMNIC-shaped"), "{copies} {size}");
+        }
     }
 }

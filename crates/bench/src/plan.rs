@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::limit::Shape;
 use memnic_pmd::Variant;
 
 #[derive(clap::Args, Debug)]
@@ -171,10 +172,11 @@ pub enum Run {
     Vhost {
         backend: Impl,
     },
-    /// The bare-ring limit probe with this many copies per frame (see `limit`), `rings` of
-    /// them side by side on the CPUs of as many queue pairs.
+    /// The bare-ring limit probe with this many copies per frame through a ring of this
+    /// shape (see `limit`), `rings` of them side by side on the CPUs of as many queue pairs.
     Limit {
         copies: u8,
+        shape: Shape,
         rings: u16,
     },
 }
@@ -546,22 +548,44 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
             "1-s windows of the receiver's counters by `show port stats all`, stamped by the bench's clock; the pairs forward in turn"
         };
     }
+    // MEMNIC's pairs (and the tester's) move frames through MEMNIC's own ring, a status word
+    // per 4-KiB slot: their limit is that ring bare, the first limit below (the one the pairs
+    // are a fraction of). The ring of two indices that memif's pairs are over runs beside it,
+    // so the table shows what MEMNIC's wire format itself costs against it.
+    let shapes: &[Shape] = if bench == "memnic" || bench == "tester" {
+        &[Shape::MemnicSlots, Shape::Indices]
+    } else {
+        &[Shape::Indices]
+    };
     let limit = (!common.no_limit).then(|| {
-        let label = format!(
-            "limit ({copies} cop{})",
-            if copies == 1 { "y" } else { "ies" }
-        );
         let first = variants.len();
-        if per_pair {
-            // A limit per queue count (N rings side by side), over its own x1: the bare
-            // rings' scaling, the ceiling of the pairs' with as many queues.
-            per_queues(&mut variants, &label, &|rings| Run::Limit { copies, rings });
-        } else {
-            variants.push(VariantSpec::one_pair(
-                label,
-                Run::Limit { copies, rings: 1 },
-                None,
-            ));
+        for &shape in shapes {
+            let label = match shape {
+                Shape::MemnicSlots => "limit (MEMNIC slots)".to_string(),
+                Shape::Indices => format!(
+                    "limit ({copies} cop{})",
+                    if copies == 1 { "y" } else { "ies" }
+                ),
+            };
+            if per_pair {
+                // A limit per queue count (N rings side by side), over its own x1: the bare
+                // rings' scaling, the ceiling of the pairs' with as many queues.
+                per_queues(&mut variants, &label, &|rings| Run::Limit {
+                    copies,
+                    shape,
+                    rings,
+                });
+            } else {
+                variants.push(VariantSpec::one_pair(
+                    label,
+                    Run::Limit {
+                        copies,
+                        shape,
+                        rings: 1,
+                    },
+                    None,
+                ));
+            }
         }
         first
     });
@@ -764,7 +788,8 @@ mod tests {
         let p = plan_of("memnic --sizes 1518,64,64 --rounds 2 --seconds 4 --cpus 2,0").unwrap();
         assert_eq!(p.sizes, [64, 1518]);
         assert_eq!((p.rounds, p.seconds, p.cpus), (2, 4, (2, 0)));
-        assert_eq!(p.runs(), 2 * 2 * 3);
+        // Two sizes x two rounds x (two directions and two limits).
+        assert_eq!(p.runs(), 2 * 2 * 4);
         assert_eq!(plan_of("memnic").unwrap().cpus, (0, 1));
     }
 
@@ -811,18 +836,32 @@ mod tests {
                 "host->guest x2",
                 "guest->host x1",
                 "guest->host x2",
+                "limit (MEMNIC slots) x1",
+                "limit (MEMNIC slots) x2",
                 "limit (2 copies) x1",
                 "limit (2 copies) x2"
             ]
         );
-        assert_eq!(baselines(&p), [None, Some(0), None, Some(2), None, Some(4)]);
+        assert_eq!(
+            baselines(&p),
+            [None, Some(0), None, Some(2), None, Some(4), None, Some(6)]
+        );
         assert_eq!(p.sides, (vec![0, 1], vec![2, 3]));
+        // Each direction over MEMNIC's own bare ring with as many rings, not the indices'.
+        let limits: Vec<Option<usize>> = (0..4).map(|vi| p.limit_for(vi)).collect();
+        assert_eq!(limits, [Some(4), Some(5), Some(4), Some(5)]);
         // Without --queues nothing changes: one pair, no scaling.
         let p = plan_of("memnic").unwrap();
         assert_eq!(
             labels(&p),
-            ["host->guest", "guest->host", "limit (2 copies)"]
+            [
+                "host->guest",
+                "guest->host",
+                "limit (MEMNIC slots)",
+                "limit (2 copies)"
+            ]
         );
+        assert_eq!((p.limit_for(0), p.limit_for(1)), (Some(2), Some(2)));
         assert!(!p.per_pair);
     }
 

@@ -406,6 +406,7 @@ pub fn chart(plan: &Plan, rows: &[Row], swings: &[(String, Swing)], date: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::Shape;
     use crate::plan::{Case, Impl, Run, VariantSpec};
 
     fn plan() -> Plan {
@@ -460,6 +461,7 @@ mod tests {
             label: "limit (2 copies)".into(),
             run: Run::Limit {
                 copies: 2,
+                shape: Shape::Indices,
                 rings: 1,
             },
             baseline: None,
@@ -609,6 +611,7 @@ mod tests {
         p.variants
             .extend(scaled("limit (2 copies)", 3, &|rings| Run::Limit {
                 copies: 2,
+                shape: Shape::Indices,
                 rings,
             }));
         p.limit = Some(3);

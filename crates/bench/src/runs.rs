@@ -495,7 +495,11 @@ pub(crate) fn pair(
 pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Vec<f64>, String> {
     match run {
         Run::Tester(v) => return tester(plan, v, size, plan.seconds),
-        Run::Limit { copies, rings } => {
+        Run::Limit {
+            copies,
+            shape,
+            rings,
+        } => {
             // Ring k on queue pair k's CPUs: its receiver's (side A) and its sender's (B).
             let cpus: Vec<(usize, usize)> = plan
                 .sides
@@ -505,7 +509,8 @@ pub fn run(ctx: &Ctx, plan: &Plan, case: Case, run: Run, size: u32) -> Result<Ve
                 .zip(plan.sides.1.iter().copied())
                 .take(usize::from(rings))
                 .collect();
-            let rates = crate::limit::run(&cpus, copies, size as usize, plan.seconds, ctx.clock)?;
+            let rates =
+                crate::limit::run(&cpus, copies, shape, size as usize, plan.seconds, ctx.clock)?;
             return Ok(rates.into_iter().map(|r| r / 1e6).collect());
         }
         _ => {}
