@@ -14,7 +14,8 @@
 # verify.json (an 8-queue verified memif run: nothing lost, corrupted or reordered at scale),
 # memif.txt and memnic.txt (the bench tables: ratio = Mpps over N times the x1 rate, 1.00 is
 # perfect scaling; "limit (2 copies) xN" is N bare rings side by side, each pair's "of limit" is
-# over the limit with as many rings) under OUT_DIR (default: $OUT, else ./scaling-out).
+# over the limit with as many rings; MEMNIC's is over "limit (MEMNIC slots) xN", its own ring
+# bare) under OUT_DIR (default: $OUT, else ./scaling-out).
 set -euo pipefail
 OUT_DIR=${1:-${OUT:-scaling-out}}
 MEMNIC=${MEMNIC:-target/release/memnic}

@@ -30,6 +30,13 @@
 //!   another. One copy (`copies = 1`: vhost, where the frontend writes only the frame's headers
 //!   into its buffer and the backend copies the frame once): the producer writes the frame's
 //!   first line, the consumer copies the whole frame out.
+//! * MEMNIC's own ring ([`Shape::MemnicSlots`], the limit of MEMNIC's pairs and the tester's):
+//!   1024 slots of 4 KiB, each handed over through its status word with the PMD's own steps
+//!   (`memnic_pmd::slot`): claimed when FREE, written (up to 128 B streamed past the first
+//!   line), published FILLED; the consumer takes the run of FILLED slots, asks for each
+//!   frame's second line, copies them out and hands them back FREE, and after an empty poll
+//!   holds off as the PMD's rx does. It shows what the wire format costs against the index
+//!   ring: every frame's handshake is a line of its own that both sides write.
 //! * A scaling run (N queue pairs) has a limit per N: N rings side by side, each with its own
 //!   producer and consumer on the CPUs of one queue pair, their counts summed. What the
 //!   machine gives N bare rings at once (shared caches, memory bandwidth, the hypervisor) is
