@@ -35,7 +35,7 @@
 //!   (`memnic_pmd::slot`): claimed when FREE, written (up to 128 B streamed past the first
 //!   line), published FILLED; the consumer takes the run of FILLED slots, asks for each
 //!   frame's second line, copies them out and hands them back FREE, and after an empty poll
-//!   holds off as the PMD's rx does. It shows what the wire format costs against the index
+//!   that followed a run holds off as the PMD's rx does. It shows what the wire format costs against the index
 //!   ring: every frame's handshake is a line of its own that both sides write.
 //! * A scaling run (N queue pairs) has a limit per N: N rings side by side, each with its own
 //!   producer and consumer on the CPUs of one queue pair, their counts summed. What the
@@ -391,11 +391,13 @@ fn produce_slots(ring: &Region, stop: &AtomicBool, written: usize) {
 
 /// The MEMNIC-shaped consumer: the run of FILLED slots (a burst at most), each frame's second
 /// line asked for, each copied out, then all handed back FREE, and after a poll that found
-/// none the PMD's hold-off (`memnic_pmd::DEFAULT_RX_HOLDOFF`), as the `memnic` PMD's rx does;
-/// returns what [`consume`] returns.
+/// none following a run of frames the PMD's hold-off (`memnic_pmd::DEFAULT_RX_HOLDOFF`), as the
+/// `memnic` PMD's rx does; returns what [`consume`] returns.
 fn consume_slots(ring: &Region, stop: &AtomicBool, count: &AtomicU64, size: usize) -> (u64, u64) {
     let mut buf = vec![0u8; MAX_PACKET_SIZE];
     let (mut idx, mut taken, mut sum) = (0usize, 0u64, 0u64);
+    // Frames the last poll took.
+    let mut last = 0;
     while !stop.load(Relaxed) {
         let mut n = 0;
         while n < BURST
@@ -404,13 +406,18 @@ fn consume_slots(ring: &Region, stop: &AtomicBool, count: &AtomicU64, size: usiz
             n += 1;
         }
         if n == 0 {
-            // The PMD's rx hold-off: leave the slot the producer is writing alone a while.
-            let until = Instant::now() + memnic_pmd::DEFAULT_RX_HOLDOFF;
-            while Instant::now() < until && !stop.load(Relaxed) {
-                std::hint::spin_loop();
+            // The PMD's rx hold-off after a run: leave the slot the producer is writing alone
+            // a while.
+            if last >= 2 {
+                let until = Instant::now() + memnic_pmd::DEFAULT_RX_HOLDOFF;
+                while Instant::now() < until && !stop.load(Relaxed) {
+                    std::hint::spin_loop();
+                }
             }
+            last = 0;
             continue;
         }
+        last = n;
         // Each frame's second line asked for before the copies, as the PMD's rx does.
         if SLOT_DATA + size > LINE {
             for k in 0..n {
