@@ -65,8 +65,8 @@ pub struct GuestConfig {
     pub variant: Variant,
     /// How long to wait for the host to answer a reset.
     pub reset_timeout: Duration,
-    /// How long the `memnic` variant's rx leaves the ring alone after an empty poll
-    /// ([`crate::DEFAULT_RX_HOLDOFF`]; zero polls without pause).
+    /// How long the `memnic` variant's rx leaves the ring alone after an empty poll that
+    /// followed a run ([`crate::DEFAULT_RX_HOLDOFF`]; zero polls without pause).
     pub rx_holdoff: Duration,
 }
 
@@ -355,7 +355,8 @@ pub struct GuestRxQueue {
     cache: PoolCache,
     stats: QueueStats,
     cell: Arc<StatsCell>,
-    /// The `memnic` variant's hold-off after an empty poll (the 2014 variants poll as they did).
+    /// The `memnic` variant's hold-off after an empty poll that followed a run (the 2014
+    /// variants poll as they did).
     hold: ring::Holdoff,
 }
 

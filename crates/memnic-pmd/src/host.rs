@@ -29,7 +29,7 @@ pub struct HostConfig {
     pub mode: u32,
     /// Offer the frame-size feature (`features = FEAT_ALL`); a v1 host offers nothing.
     pub frame_size_feature: bool,
-    /// How long the rx queue leaves the ring alone after an empty poll
+    /// How long the rx queue leaves the ring alone after an empty poll that followed a run
     /// ([`crate::DEFAULT_RX_HOLDOFF`]; zero polls without pause).
     pub rx_holdoff: Duration,
 }
@@ -179,7 +179,8 @@ pub struct HostPort {
     tx_cells: Vec<Arc<StatsCell>>,
     /// Why the link last went down on our side, if it did (a region cut under us).
     pub last_reason: Option<String>,
-    /// The rx queue's hold-off after an empty poll (`HostConfig::rx_holdoff`).
+    /// The rx queue's hold-off after an empty poll that followed a run
+    /// (`HostConfig::rx_holdoff`).
     rx_holdoff: Duration,
 }
 
@@ -386,7 +387,7 @@ pub struct HostRxQueue {
     gate: GateMember,
     /// `HostShared::down_discards` already counted in `stats.drops`.
     down_seen: u64,
-    /// The hold-off after an empty poll.
+    /// The hold-off after an empty poll that followed a run.
     hold: ring::Holdoff,
 }
 

@@ -60,7 +60,8 @@ pub enum MemnicError {
 /// Keys: `path` (required: shm name, file or ivshmem BAR), `role=host|guest` (default guest),
 /// `framesz=N` (guest: frame size to request, 1518..=4088), `variant=memnic|2014-after|2014-before`
 /// (guest burst implementation), `mode=OCTAL` (host: permissions of a new region, default 600),
-/// `rx_holdoff_ns=N` (either role: how long rx leaves the ring alone after an empty poll,
+/// `rx_holdoff_ns=N` (either role: how long rx leaves the ring alone after an empty poll that
+/// followed a run of frames,
 /// default [`DEFAULT_RX_HOLDOFF`], 0 to poll without pause).
 pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
     let path = args.require("path")?;
