@@ -179,26 +179,34 @@ fn prefetch_buffer(regions: &Regions, d: Desc) {
 /// regions it sent; the descriptor is checked against them.
 pub(crate) struct FromRegions<'a> {
     pub regions: &'a Regions,
-    /// Flush a frame's lines once copied out ([`FLUSH_READ_MAX`]).
+    /// Flush each frame's buffer lines from our caches once they are copied out, as the rx
+    /// queue's `FlushTuner` chooses: the peer's next plain store to the buffer then fetches the
+    /// line from memory, not from this core, which in this machine's slow state (a far core)
+    /// can be most of a frame's cost; in the fast state it can cost. The static rule before
+    /// (flush frames of at most 128 B from a peer that did not name itself ours) measured, in
+    /// an in-process flip (our side rxonly, flushed / not, p20/p50/p80):
+    ///
+    /// ```text
+    ///   C2S our server, DPDK's client  64 B  1.09/2.25/2.46 (slow state 6.1 -> 15.0 Mpps, fast 18.9 -> 19.9)
+    ///                                 128 B  0.91/0.99/1.96 (slow state 5.8 -> 13.3 Mpps, fast 19.0 -> 18.8)
+    ///       our server, our client     64 B  0.89/0.96/1.03, 128 B 0.87/0.94/1.01
+    ///   S2C our client, DPDK's server  64 B  1.12/2.19/2.31 (slow state 6.0 -> 13.6, fast 19.9 -> 20.2)
+    ///                                 128 B  1.92/2.07/2.17 (slow state 5.7 -> 12.0)
+    ///       our client, our server     64 B  0.86/0.94/1.00
+    ///   C2S our server, DPDK's client 512 B  0.46/0.48/0.97 (fast 17.2 -> 7.9), 1518 B 0.44/0.45/0.46
+    /// ```
+    ///
+    /// and the tuner (every size, every peer) against that rule, C2S (our server rxonly):
+    ///
+    /// ```text
+    ///   DPDK's client  64 B 0.95/1.00/1.04   512 B 1.23/1.29/1.31 (slow 5.2 -> 6.6)
+    ///                1518 B 0.95/2.45/2.59 (slow 1.4 -> 3.7, fast 15.1 -> 14.4)
+    ///   our client     64 B 0.91/0.99/1.02 (fast 41.2 -> 39.8)   512 B 1.10/1.38/1.47 (slow 7.5 -> 10.4)
+    ///                1518 B 0.98/1.20/1.39
+    /// ```
     pub flush: bool,
 }
 
-/// The longest frame whose buffer lines the receiver (either role) flushes from its caches
-/// once it has copied them out, when the peer is not ours (`Conn::flush_read`): the peer's next
-/// plain store to the buffer then fetches the line from memory, not from this core, which in
-/// this machine's slow state (a far core) is most of a small frame's cost. Our own tx writes
-/// frames of up to this size with streaming stores, which fetch nothing, so the flush would only
-/// cost there. A/B (in-process flip, our side rxonly, flushed/not p20/p50/p80):
-///
-/// ```text
-///   C2S our server, DPDK's client  64 B  1.09/2.25/2.46 (slow state 6.1 -> 15.0 Mpps, fast 18.9 -> 19.9)
-///                                 128 B  0.91/0.99/1.96 (slow state 5.8 -> 13.3 Mpps, fast 19.0 -> 18.8)
-///       our server, our client     64 B  0.89/0.96/1.03, 128 B 0.87/0.94/1.01 (not flushed for ours)
-///   S2C our client, DPDK's server  64 B  1.12/2.19/2.31 (slow state 6.0 -> 13.6, fast 19.9 -> 20.2)
-///                                 128 B  1.92/2.07/2.17 (slow state 5.7 -> 12.0)
-///       our client, our server     64 B  0.86/0.94/1.00 (not flushed for ours)
-/// ```
-pub(crate) const FLUSH_READ_MAX: u32 = 128;
 
 impl Source for FromRegions<'_> {
     const END: PeerCounter = PeerCounter::Head;
@@ -223,7 +231,7 @@ impl Source for FromRegions<'_> {
         };
         // A frame larger than one of our buffers continues in chained segments.
         *keep = *keep && m.extend_from(&src, cache);
-        if self.flush && d.length <= FLUSH_READ_MAX {
+        if self.flush {
             src.flush_lines();
         }
         Ok(())
@@ -249,7 +257,7 @@ pub(crate) struct FromLayout<'a> {
     pub base: usize,
     pub bsize: u32,
     pub mask: u16,
-    /// Flush a frame's lines once copied out ([`FLUSH_READ_MAX`]).
+    /// Flush each frame's buffer lines once copied out (see [`FromRegions::flush`]).
     pub flush: bool,
 }
 
@@ -299,7 +307,7 @@ impl Source for FromLayout<'_> {
     ) -> Result<(), DataError> {
         let bytes = self.bytes(slot, d);
         *keep = *keep && m.extend_from(&bytes, cache);
-        if self.flush && d.length <= FLUSH_READ_MAX {
+        if self.flush {
             bytes.flush_lines();
         }
         Ok(())

@@ -275,15 +275,9 @@ pub struct FixedStr<const N: usize> {
 /// An interface or application name (32-byte field).
 pub type Name = FixedStr<NAME_SIZE>;
 
-/// The application name we put in HELLO and INIT; a peer that sends it is ours
-/// ([`is_ours`]).
+/// The application name we put in HELLO and INIT.
 pub const APP_NAME: &str = "memnic";
 
-/// Whether a peer's HELLO or INIT name says it is ours (whose tx streams small frames;
-/// `Conn::flush_read`). A peer may say anything: this only chooses a cache hint.
-pub fn is_ours(name: &Name) -> bool {
-    name.as_bytes() == APP_NAME.as_bytes()
-}
 /// INIT's secret (24-byte field).
 pub type Secret = FixedStr<SECRET_SIZE>;
 /// DISCONNECT's reason (96-byte field).
@@ -1469,10 +1463,6 @@ mod tests {
             Err(MsgError::StringHasNul { field: "secret" })
         );
         assert_eq!(Name::CAPACITY, 31);
-        assert!(is_ours(&Name::truncated(APP_NAME)));
-        for other in ["DPDK 22.11.11", "VPP 24.02", "memnic2", "memni", ""] {
-            assert!(!is_ours(&Name::truncated(other)), "{other}");
-        }
         assert_eq!(Reason::CAPACITY, 95);
         assert!(Name::default().is_empty());
         assert_eq!(Name::try_from("eth0").unwrap().to_string(), "eth0");

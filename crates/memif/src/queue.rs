@@ -19,6 +19,7 @@ use std::sync::atomic::{
 };
 use std::sync::{Arc, Mutex};
 
+use memnic_ethdev::flush::FlushTuner;
 use memnic_ethdev::gate::{Enter, GateMember};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
@@ -49,10 +50,6 @@ pub struct Conn {
     pub irq: Option<Arc<EventFd>>,
     /// Client zero copy: descriptors point at pool buffers in this region index.
     pub zero_copy_region: Option<u16>,
-    /// The lines of each small frame received are flushed from our caches once copied out
-    /// ([`crate::chain::FLUSH_READ_MAX`]), for a peer whose tx writes them with plain stores
-    /// (one that did not name itself ours).
-    pub flush_read: bool,
 }
 
 /// Shared between the control path and one queue.
@@ -229,6 +226,9 @@ impl QueueCore {
 /// A memif rx queue (either role).
 pub struct MemifRxQueue {
     core: QueueCore,
+    /// Whether the frames received are flushed from our caches once copied out
+    /// (`chain::FromRegions::flush`).
+    flush: FlushTuner,
 }
 
 /// A memif tx queue (either role).
@@ -238,7 +238,10 @@ pub struct MemifTxQueue {
 
 impl MemifRxQueue {
     pub fn new(core: QueueCore) -> Self {
-        MemifRxQueue { core }
+        MemifRxQueue {
+            core,
+            flush: FlushTuner::default(),
+        }
     }
 
     /// Interrupt mode: clears MASK_INT so the peer kicks the eventfd, then says whether frames
@@ -271,7 +274,12 @@ impl MemifRxQueue {
     }
 
     /// Server: consume frames the client queued on a C2S ring, then publish tail.
-    fn rx_server(q: &mut QueueCore, pkts: &mut Vec<Mbuf>, max: usize) -> Result<usize, DataError> {
+    fn rx_server(
+        q: &mut QueueCore,
+        pkts: &mut Vec<Mbuf>,
+        max: usize,
+        flush: bool,
+    ) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             seen,
@@ -288,7 +296,7 @@ impl MemifRxQueue {
         let start = pkts.len();
         let mut src = FromRegions {
             regions: &c.regions,
-            flush: c.flush_read,
+            flush,
         };
         let used = receive(&mut src, ring, &win, pkts, max, cache, stats)?;
         if used > 0 {
@@ -303,7 +311,12 @@ impl MemifRxQueue {
     }
 
     /// Client: take frames the server wrote into our S2C slots, then refill the ring.
-    fn rx_client(q: &mut QueueCore, pkts: &mut Vec<Mbuf>, max: usize) -> Result<usize, DataError> {
+    fn rx_client(
+        q: &mut QueueCore,
+        pkts: &mut Vec<Mbuf>,
+        max: usize,
+        flush: bool,
+    ) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             own,
@@ -324,7 +337,7 @@ impl MemifRxQueue {
                     base,
                     bsize,
                     mask: ring.mask(),
-                    flush: c.flush_read,
+                    flush,
                 };
                 receive(&mut src, ring, &win, pkts, max, cache, stats)?
             }
@@ -410,9 +423,10 @@ impl RxQueue for MemifRxQueue {
         }
         let max = max.min(MAX_BURST);
         let start = pkts.len();
+        let flush = self.flush.flush();
         let res = match self.core.conn.as_ref().map(|c| c.role) {
-            Some(Role::Server) => Self::rx_server(&mut self.core, pkts, max),
-            Some(Role::Client) => Self::rx_client(&mut self.core, pkts, max),
+            Some(Role::Server) => Self::rx_server(&mut self.core, pkts, max, flush),
+            Some(Role::Client) => Self::rx_client(&mut self.core, pkts, max, flush),
             None => Ok(0),
         };
         let n = res.unwrap_or_else(|e| {
@@ -424,6 +438,7 @@ impl RxQueue for MemifRxQueue {
             0
         });
         self.core.exit();
+        self.flush.polled(n as u16);
         n
     }
 

@@ -279,9 +279,7 @@ impl MemifPort {
         let n = hello.negotiate(nq, nq, self.cfg.log2_ring_size);
         let layout = Layout::new(n.c2s_rings, n.s2c_rings, n.log2_ring_size, self.cfg.bsize)
             .map_err(|e| e.to_string())?;
-        // The server's HELLO name: frames from a server not ours are flushed once copied out.
-        let flush_read = !msg::is_ours(&hello.name);
-        let (session, region_fd, rings) = self.client_layout(&layout, flush_read)?;
+        let (session, region_fd, rings) = self.client_layout(&layout)?;
         let mut queue: Vec<(Msg, Option<OwnedFd>)> = Vec::new();
         queue.push((
             Msg::Init(Init {
@@ -341,13 +339,11 @@ impl MemifPort {
         Ok(())
     }
 
-    /// Client: region 0 as `layout` places it, its rings initialised, one eventfd per ring;
-    /// `flush_read` for the server not ours (`Conn::flush_read`).
+    /// Client: region 0 as `layout` places it, its rings initialised, one eventfd per ring.
     #[allow(clippy::type_complexity)]
     fn client_layout(
         &self,
         layout: &Layout,
-        flush_read: bool,
     ) -> Result<(Session, OwnedFd, Vec<(AddRing, OwnedFd)>), String> {
         // Zero copy: pools that live in a memfd become regions 1, 2, ...
         let zc_region = |pool: Option<usize>| -> Option<u16> {
@@ -385,7 +381,6 @@ impl MemifPort {
                     RingDirection::C2S => zc_region(self.tx_pool.get(index).copied().flatten()),
                     RingDirection::S2C => zc_region(self.rx_pool.get(index).copied().flatten()),
                 },
-                flush_read,
             };
             session.attach(place.direction, index, conn);
             adds.push((

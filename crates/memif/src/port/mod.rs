@@ -88,8 +88,6 @@ struct Handshake {
     regions: Vec<Arc<Region>>,
     rings: Vec<(AddRing, Arc<EventFd>)>,
     inited: bool,
-    /// Server: the client named itself as ours in INIT (its tx streams small frames).
-    peer_is_ours: bool,
 }
 
 impl Handshake {
@@ -102,7 +100,6 @@ impl Handshake {
             regions: Vec::new(),
             rings: Vec::new(),
             inited: false,
-            peer_is_ours: false,
         }
     }
 }

@@ -47,7 +47,6 @@ impl MemifPort {
                 init.check_mode()?;
                 init.check_secret(&self.secret)?;
                 h.inited = true;
-                h.peer_is_ours = msg::is_ours(&init.name);
             }
             Msg::AddRegion(r) if h.inited => {
                 r.check_next(h.regions.len())?;
@@ -98,7 +97,6 @@ impl MemifPort {
                 buffers: None,
                 irq: Some(irq.clone()),
                 zero_copy_region: None,
-                flush_read: !h.peer_is_ours,
             };
             session.attach(r.direction, r.index as usize, conn);
         }

@@ -284,8 +284,6 @@ impl Harness {
             buffers: client.then(|| (self.base(ring_off), self.bsize)),
             irq: None,
             zero_copy_region: (self.kind == Kind::ClientZeroCopy).then_some(1),
-            // Both roles flush what they copied out, as for a peer that is not ours.
-            flush_read: true,
         }
     }
 
