@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 pub const CYCLE: Duration = Duration::from_millis(64);
 /// How long each of the three windows of a trial lasts (the rest of the cycle keeps the
 /// current way). At 5 Mpps a window counts 10,000 frames.
-pub const WINDOW: Duration = Duration::from_millis(2);
+pub const WINDOW: Duration = Duration::from_millis(1);
 /// How much more the other way must move (over the mean of the windows around its own) to
 /// be taken.
 pub const MARGIN: f64 = 0.05;

@@ -305,6 +305,7 @@ impl GuestPort {
             stats: QueueStats::default(),
             cell,
             hold: ring::Holdoff::new(self.cfg.rx_holdoff),
+            flush: Default::default(),
         }
     }
 
@@ -358,6 +359,8 @@ pub struct GuestRxQueue {
     /// The `memnic` variant's hold-off after an empty poll that followed a run (the 2014
     /// variants poll as they did).
     hold: ring::Holdoff,
+    /// Whether copied frames are flushed from our caches (`ring::flush_copied`).
+    flush: memnic_ethdev::flush::FlushTuner,
 }
 
 /// Guest transmit: writes `down`.
@@ -431,6 +434,7 @@ impl GuestRxQueue {
                 max,
                 &mut self.stats,
                 &mut self.hold,
+                &mut self.flush,
             ),
             Variant::After2014 => self.rx_2014_after(pkts, max),
             Variant::Before2014 => self.rx_2014_before(pkts, max),

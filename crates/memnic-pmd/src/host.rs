@@ -318,6 +318,7 @@ impl Port for HostPort {
             // Relaxed: queues are set up before forwarding starts.
             down_seen: self.shared.down_discards.load(Relaxed),
             hold: ring::Holdoff::new(self.rx_holdoff),
+            flush: Default::default(),
         }))
     }
 
@@ -389,6 +390,8 @@ pub struct HostRxQueue {
     down_seen: u64,
     /// The hold-off after an empty poll that followed a run.
     hold: ring::Holdoff,
+    /// Whether copied frames are flushed from our caches (`ring::flush_copied`).
+    flush: memnic_ethdev::flush::FlushTuner,
 }
 
 impl HostShared {
@@ -463,6 +466,7 @@ impl RxQueue for HostRxQueue {
                 max,
                 &mut self.stats,
                 &mut self.hold,
+                &mut self.flush,
             );
         }
         self.gate.exit();
