@@ -16,7 +16,43 @@
 //! two around it. A peer whose buffers are not written again soon shows no difference, and the
 //! queue keeps the way it has (at first: no flush).
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
+
+/// What a receive queue does about flushing (the drivers' `rx_flush`/`rx-flush` devarg).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlushMode {
+    /// Try both ways while traffic runs and keep the one that moves more frames.
+    #[default]
+    Auto,
+    /// Always flush.
+    On,
+    /// Never flush.
+    Off,
+}
+
+impl FromStr for FlushMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(FlushMode::Auto),
+            "on" | "1" | "yes" => Ok(FlushMode::On),
+            "off" | "0" | "no" => Ok(FlushMode::Off),
+            _ => Err("expected auto, on or off".into()),
+        }
+    }
+}
+
+impl fmt::Display for FlushMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FlushMode::Auto => "auto",
+            FlushMode::On => "on",
+            FlushMode::Off => "off",
+        })
+    }
+}
 
 /// How often the queue tries the other way.
 pub const CYCLE: Duration = Duration::from_millis(64);
@@ -47,6 +83,8 @@ enum Phase {
 /// One rx queue's choice, and the trial under way.
 #[derive(Debug)]
 pub struct FlushTuner {
+    /// Whether trials run ([`FlushMode::Auto`]).
+    auto: bool,
     flush: bool,
     phase: Phase,
     since: Option<Instant>,
@@ -61,8 +99,15 @@ pub struct FlushTuner {
 
 impl Default for FlushTuner {
     fn default() -> Self {
+        FlushTuner::new(FlushMode::Auto)
+    }
+}
+
+impl FlushTuner {
+    pub fn new(mode: FlushMode) -> FlushTuner {
         FlushTuner {
-            flush: false,
+            auto: mode == FlushMode::Auto,
+            flush: mode == FlushMode::On,
             phase: Phase::Steady,
             since: None,
             frames: 0,
@@ -72,9 +117,7 @@ impl Default for FlushTuner {
             switches: 0,
         }
     }
-}
 
-impl FlushTuner {
     /// Whether this poll's frames are flushed once copied.
     #[inline(always)]
     pub fn flush(&self) -> bool {
@@ -91,7 +134,7 @@ impl FlushTuner {
     pub fn polled(&mut self, frames: u16) {
         self.frames += u64::from(frames);
         self.polls += 1;
-        if self.polls >= CHECK_EVERY {
+        if self.auto && self.polls >= CHECK_EVERY {
             self.polls = 0;
             self.tick(Instant::now());
         }
@@ -194,6 +237,25 @@ mod tests {
         let share = run(&mut t, &mut now, 2000, 200, 100);
         assert!(share < 0.1, "flushing {share} of the time");
         assert_eq!(t.switches(), 0);
+    }
+
+    #[test]
+    fn on_and_off_never_try_the_other_way() {
+        for (mode, flush) in [(FlushMode::On, true), (FlushMode::Off, false)] {
+            let mut t = FlushTuner::new(mode);
+            let end = Instant::now() + CYCLE * 2;
+            while Instant::now() < end {
+                t.polled(32);
+                assert_eq!(t.flush(), flush, "{mode}");
+            }
+        }
+        assert_eq!("auto".parse(), Ok(FlushMode::Auto));
+        assert_eq!("on".parse(), Ok(FlushMode::On));
+        assert_eq!("0".parse(), Ok(FlushMode::Off));
+        assert_eq!(
+            "sometimes".parse::<FlushMode>(),
+            Err("expected auto, on or off".to_string())
+        );
     }
 
     #[test]

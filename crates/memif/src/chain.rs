@@ -207,7 +207,6 @@ pub(crate) struct FromRegions<'a> {
     pub flush: bool,
 }
 
-
 impl Source for FromRegions<'_> {
     const END: PeerCounter = PeerCounter::Head;
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{
 };
 use std::sync::{Arc, Mutex};
 
-use memnic_ethdev::flush::FlushTuner;
+use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
@@ -237,10 +237,10 @@ pub struct MemifTxQueue {
 }
 
 impl MemifRxQueue {
-    pub fn new(core: QueueCore) -> Self {
+    pub fn new(core: QueueCore, flush: FlushMode) -> Self {
         MemifRxQueue {
             core,
-            flush: FlushTuner::default(),
+            flush: FlushTuner::new(flush),
         }
     }
 

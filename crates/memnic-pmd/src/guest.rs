@@ -14,6 +14,7 @@ use memnic_shm::Region;
 use crate::layout::*;
 use crate::ring::{self, Oversize};
 use crate::{host, slot, MemnicError};
+use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, Gate, GateMember};
 
 /// Which burst implementation the guest queues run.
@@ -68,6 +69,9 @@ pub struct GuestConfig {
     /// How long the `memnic` variant's rx leaves the ring alone after an empty poll that
     /// followed a run ([`crate::DEFAULT_RX_HOLDOFF`]; zero polls without pause).
     pub rx_holdoff: Duration,
+    /// Whether the `memnic` variant's rx flushes the frames it copied from our caches
+    /// (`ring::flush_copied`).
+    pub rx_flush: FlushMode,
 }
 
 impl GuestConfig {
@@ -78,6 +82,7 @@ impl GuestConfig {
             variant: Variant::Memnic,
             reset_timeout: Duration::from_secs(5),
             rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
+            rx_flush: FlushMode::Auto,
         }
     }
 }
@@ -305,7 +310,7 @@ impl GuestPort {
             stats: QueueStats::default(),
             cell,
             hold: ring::Holdoff::new(self.cfg.rx_holdoff),
-            flush: Default::default(),
+            flush: FlushTuner::new(self.cfg.rx_flush),
         }
     }
 
@@ -360,7 +365,7 @@ pub struct GuestRxQueue {
     /// variants poll as they did).
     hold: ring::Holdoff,
     /// Whether copied frames are flushed from our caches (`ring::flush_copied`).
-    flush: memnic_ethdev::flush::FlushTuner,
+    flush: FlushTuner,
 }
 
 /// Guest transmit: writes `down`.

@@ -15,6 +15,7 @@ use memnic_shm::Region;
 use crate::layout::*;
 use crate::ring::{self, Oversize};
 use crate::{slot, MemnicError};
+use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, Gate, GateMember};
 
 /// Most host tx queues one port offers (several host lcores sending into one `up` ring).
@@ -32,6 +33,8 @@ pub struct HostConfig {
     /// How long the rx queue leaves the ring alone after an empty poll that followed a run
     /// ([`crate::DEFAULT_RX_HOLDOFF`]; zero polls without pause).
     pub rx_holdoff: Duration,
+    /// Whether rx flushes the frames it copied from our caches (`ring::flush_copied`).
+    pub rx_flush: FlushMode,
 }
 
 impl HostConfig {
@@ -41,6 +44,7 @@ impl HostConfig {
             mode: 0o600,
             frame_size_feature: true,
             rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
+            rx_flush: FlushMode::Auto,
         }
     }
 }
@@ -182,6 +186,8 @@ pub struct HostPort {
     /// The rx queue's hold-off after an empty poll that followed a run
     /// (`HostConfig::rx_holdoff`).
     rx_holdoff: Duration,
+    /// `HostConfig::rx_flush`.
+    rx_flush: FlushMode,
 }
 
 /// Why the host dropped its guest when the region file was cut under it.
@@ -194,6 +200,7 @@ impl HostPort {
         let region = Region::create_shared(&cfg.path, AREA_SIZE, cfg.mode)?;
         let mut port = Self::on_region(name, Arc::new(region), cfg.frame_size_feature)?;
         port.rx_holdoff = cfg.rx_holdoff;
+        port.rx_flush = cfg.rx_flush;
         Ok(port)
     }
 
@@ -225,6 +232,7 @@ impl HostPort {
             tx_cells: Vec::new(),
             last_reason: None,
             rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
+            rx_flush: FlushMode::Auto,
         })
     }
 
@@ -318,7 +326,7 @@ impl Port for HostPort {
             // Relaxed: queues are set up before forwarding starts.
             down_seen: self.shared.down_discards.load(Relaxed),
             hold: ring::Holdoff::new(self.rx_holdoff),
-            flush: Default::default(),
+            flush: FlushTuner::new(self.rx_flush),
         }))
     }
 
@@ -391,7 +399,7 @@ pub struct HostRxQueue {
     /// The hold-off after an empty poll that followed a run.
     hold: ring::Holdoff,
     /// Whether copied frames are flushed from our caches (`ring::flush_copied`).
-    flush: memnic_ethdev::flush::FlushTuner,
+    flush: FlushTuner,
 }
 
 impl HostShared {

@@ -18,6 +18,7 @@ pub use ring::DEFAULT_RX_HOLDOFF;
 
 use std::time::Duration;
 
+use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::{Devargs, DevargsError, Port};
 
 /// Devargs keys of the memnic driver.
@@ -28,6 +29,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "variant",
     "mode",
     "rx_holdoff_ns",
+    "rx_flush",
 ];
 
 /// The longest `rx_holdoff_ns` taken, 1 ms: far past any use (at 25 Mpps a ring of 1024 slots
@@ -62,7 +64,9 @@ pub enum MemnicError {
 /// (guest burst implementation), `mode=OCTAL` (host: permissions of a new region, default 600),
 /// `rx_holdoff_ns=N` (either role: how long rx leaves the ring alone after an empty poll that
 /// followed a run of frames,
-/// default [`DEFAULT_RX_HOLDOFF`], 0 to poll without pause).
+/// default [`DEFAULT_RX_HOLDOFF`], 0 to poll without pause), `rx_flush=auto|on|off` (either
+/// role: whether rx flushes the frames it copied from our caches; `auto`, the default, tries
+/// both ways while traffic runs: `memnic_ethdev::flush`).
 pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
     let path = args.require("path")?;
     let role = args.choice_or("role", &["host", "guest"], "guest")?;
@@ -77,6 +81,7 @@ pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
             }
         },
     };
+    let rx_flush = args.parse_or("rx_flush", FlushMode::Auto)?;
     if role == "host" {
         for k in ["framesz", "variant"] {
             if args.get(k).is_some() {
@@ -87,6 +92,7 @@ pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
         }
         let mut cfg = HostConfig::new(path);
         cfg.rx_holdoff = rx_holdoff;
+        cfg.rx_flush = rx_flush;
         if let Some(m) = args.get("mode") {
             cfg.mode = u32::from_str_radix(m, 8)
                 .map_err(|_| args.bad("mode", m, "expected octal permission bits like 600"))?;
@@ -104,6 +110,7 @@ pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
     }
     let mut cfg = GuestConfig::new(path);
     cfg.rx_holdoff = rx_holdoff;
+    cfg.rx_flush = rx_flush;
     cfg.framesz = match args.get("framesz") {
         None => None,
         Some(v) => {

@@ -128,7 +128,18 @@ pub(crate) fn receive(
     hold: &mut Holdoff,
     flush: &mut FlushTuner,
 ) -> usize {
-    let got = take(region, dir, idx, framesz, cache, pkts, max, st, hold, flush.flush());
+    let got = take(
+        region,
+        dir,
+        idx,
+        framesz,
+        cache,
+        pkts,
+        max,
+        st,
+        hold,
+        flush.flush(),
+    );
     // At most MAX_BURST (512) frames.
     flush.polled(got as u16);
     got

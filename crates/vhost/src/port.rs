@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use vhost::vhost_user::BackendReqHandler;
 
+use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::gate::Gate;
 use memnic_ethdev::{
     Devargs, DevargsError, Driver, LinkStatus, MacAddr, Mempool, OpenResult, Port, PortError,
@@ -37,6 +38,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "mac",
     "dequeue-zero-copy",
     "dequeue-zero-copy-min-len",
+    "rx-flush",
 ];
 
 /// Most queue pairs a port offers.
@@ -70,6 +72,9 @@ pub struct VhostConfig {
     pub message_timeout: Duration,
     /// Dequeue zero copy (`dequeue-zero-copy=1`, off by default as in DPDK).
     pub zero_copy: Option<ZeroCopyConfig>,
+    /// Whether dequeue flushes each frame's first line from our caches once copied
+    /// (`rx-flush=auto|on|off`, ours: `queue::flush_first_line`).
+    pub rx_flush: FlushMode,
 }
 
 /// Buffers each vhost queue's cache keeps (the pool's own size is 256). A frame's buffer is
@@ -97,6 +102,7 @@ impl VhostConfig {
             mtu: 9000,
             message_timeout: MESSAGE_TIMEOUT,
             zero_copy: None,
+            rx_flush: FlushMode::Auto,
         }
     }
 
@@ -121,6 +127,7 @@ impl VhostConfig {
         if let Some(m) = a.get("mac") {
             c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
         }
+        c.rx_flush = a.parse_or("rx-flush", FlushMode::Auto)?;
         Ok(c)
     }
 }
@@ -396,6 +403,7 @@ impl Port for VhostPort {
             pool.cache_sized(QUEUE_CACHE),
             cell,
             self.cfg.zero_copy.map(|z| (name.as_str(), z)),
+            self.cfg.rx_flush,
         )))
     }
 

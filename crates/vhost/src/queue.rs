@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use memnic_ethdev::flush::FlushTuner;
+use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
@@ -216,16 +216,18 @@ pub struct VhostRxQueue {
 
 impl VhostRxQueue {
     /// With `zero_copy`, frames go up as external segments over the guest's buffers (see
-    /// `zerocopy`); `name` names its pool of segments.
+    /// `zerocopy`); `name` names its pool of segments. `flush`: [`flush_first_line`].
     pub fn new(
         gate: GateMember,
         slot: Arc<VringSlot>,
         cache: PoolCache,
         cell: Arc<StatsCell>,
         zero_copy: Option<(&str, ZeroCopyConfig)>,
+        flush: FlushMode,
     ) -> Self {
         let mut core = Core::new(gate, slot, cache, cell);
         core.s.zc = zero_copy.map(|(name, cfg)| ZeroCopy::new(name, cfg));
+        core.s.flush = FlushTuner::new(flush);
         VhostRxQueue { core }
     }
 }
@@ -690,7 +692,10 @@ fn flush_first_line(mem: &MemTable, pieces: &[Piece], hdr_len: usize) {
             skip -= p.len;
             continue;
         }
-        if let Ok(w) = mem.map(p.region).slice(p.off + skip, (p.len - skip).min(64)) {
+        if let Ok(w) = mem
+            .map(p.region)
+            .slice(p.off + skip, (p.len - skip).min(64))
+        {
             w.flush_lines();
         }
         return;

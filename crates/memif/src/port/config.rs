@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::{Devargs, DevargsError, MacAddr};
 
 use crate::msg::{MsgError, Secret};
@@ -19,6 +20,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "bsize",
     "zero-copy",
     "mac",
+    "rx-flush",
 ];
 
 /// Most queue pairs a port offers.
@@ -73,6 +75,9 @@ pub struct MemifConfig {
     /// server interface is free for the next client. A server socket gives a new client the
     /// shortest of its interfaces' timeouts to send INIT.
     pub handshake_timeout: Duration,
+    /// Whether rx flushes the frames it copied out of the peer's buffers from our caches
+    /// (`rx-flush=auto|on|off`, ours: `chain::FromRegions::flush`).
+    pub rx_flush: FlushMode,
 }
 
 impl MemifConfig {
@@ -89,6 +94,7 @@ impl MemifConfig {
             connect_patience: Duration::from_secs(30),
             zero_copy: false,
             handshake_timeout: Duration::from_secs(5),
+            rx_flush: FlushMode::Auto,
         }
     }
 
@@ -137,6 +143,7 @@ impl MemifConfig {
         if let Some(m) = a.get("mac") {
             c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
         }
+        c.rx_flush = a.parse_or("rx-flush", FlushMode::Auto)?;
         Ok(c)
     }
 }

@@ -485,7 +485,7 @@ impl Port for MemifPort {
             pool.cache(),
             self.rx_cells[q as usize].clone(),
         );
-        Ok(Box::new(MemifRxQueue::new(core)))
+        Ok(Box::new(MemifRxQueue::new(core, self.cfg.rx_flush)))
     }
 
     fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {

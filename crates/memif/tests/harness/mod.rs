@@ -24,6 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::gate::Gate;
 use memnic_ethdev::{Mbuf, Mempool, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue};
 use memnic_memif::queue::{
@@ -187,7 +188,7 @@ impl Harness {
                 StatsCell::new(),
             )
         };
-        let rx = MemifRxQueue::new(core(&rx_slot));
+        let rx = MemifRxQueue::new(core(&rx_slot), FlushMode::On);
         let tx = MemifTxQueue::new(core(&tx_slot));
         let mut h = Harness {
             kind,
