@@ -57,7 +57,7 @@ impl fmt::Display for FlushMode {
 /// How often the queue tries the other way.
 pub const CYCLE: Duration = Duration::from_millis(64);
 /// How long each of the three windows of a trial lasts (the rest of the cycle keeps the
-/// current way). At 5 Mpps a window counts 10,000 frames.
+/// current way). At 5 Mpps a window counts 5,000 frames.
 pub const WINDOW: Duration = Duration::from_millis(1);
 /// How much more the other way must move (over the mean of the windows around its own) to
 /// be taken.
