@@ -669,8 +669,8 @@ fn read_frame(
 ///
 /// Dequeue flushes each frame's first line from our caches once it is copied, while its
 /// queue's [`FlushTuner`] finds that this moves more frames. The first line only: DPDK's
-/// `txonly` rewrites a frame's headers and nothing else when its mbuf comes back. In-process flip, always flushed / never, p20/p50/p80, our
-/// rxonly <- virtio-user txonly, one lcore each:
+/// `txonly` rewrites a frame's headers and nothing else when its mbuf comes back. In-process
+/// flip, always flushed / never, p20/p50/p80, our rxonly <- virtio-user txonly, one lcore each:
 ///
 /// ```text
 ///   split   64 B  1.94 1.98 2.03 (slow state 5.4 -> 10.8 Mpps); 1.08 1.10 1.11 (fast, 16.9 -> 18.5)
@@ -681,9 +681,11 @@ fn read_frame(
 ///   packed 1518 B 0.79 0.81 1.06 (fast 12.9 -> 10.1)
 /// ```
 ///
-/// and tuned / never (40 s each): split 64 B 1.03 1.15 1.92 (slow 5.3 -> 10.0, fast 17.8 ->
-/// 18.5), packed 64 B 0.99 1.01 1.88 (slow 5.6 -> 10.6, fast level), packed 512 B 1.40 1.83
-/// 1.93 (slow 5.3 -> 9.6), split 512 B 0.98 1.00 1.00 (all fast).
+/// and tuned / never (40 s each, the tuner's trial windows 2 ms): split 64 B 1.03 1.15 1.92
+/// (slow 5.3 -> 10.0, fast 17.8 -> 18.5), packed 64 B 0.99 1.01 1.88 (slow 5.6 -> 10.6, fast
+/// level), packed 512 B 1.40 1.83 1.93 (slow 5.3 -> 9.6), split 512 B 0.98 1.00 1.00 (all
+/// fast); with 1-ms windows, packed 1518 B over 150 s 1.41 1.75 1.78 (slow 5.4 -> 9.4), its
+/// eight fast seconds level (12.8-13.2 against 13.1-13.2).
 #[inline(always)]
 fn flush_first_line(mem: &MemTable, pieces: &[Piece], hdr_len: usize) {
     let mut skip = hdr_len;
