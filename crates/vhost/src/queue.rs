@@ -216,7 +216,7 @@ pub struct VhostRxQueue {
 
 impl VhostRxQueue {
     /// With `zero_copy`, frames go up as external segments over the guest's buffers (see
-    /// `zerocopy`); `name` names its pool of segments. `flush`: [`flush_first_line`].
+    /// `zerocopy`); `name` names its pool of segments. `flush`: what dequeue flushes (`flush_first_line`).
     pub fn new(
         gate: GateMember,
         slot: Arc<VringSlot>,
