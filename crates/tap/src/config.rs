@@ -17,7 +17,7 @@ pub const DEFAULT_IFACE: &str = "dtap%d";
 /// How a TAP port is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TapConfig {
-    /// The interface's name; [`DEFAULT_IFACE`] when not given.
+    /// The interface's name; `dtap%d` (`DEFAULT_IFACE`) when not given.
     pub iface: String,
     /// Queue pairs (one descriptor each).
     pub queues: u16,
