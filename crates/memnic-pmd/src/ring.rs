@@ -113,7 +113,8 @@ impl Holdoff {
 ///
 /// Batched: find the run of FILLED slots (independent loads, so their cache misses overlap),
 /// allocate buffers for the whole run at once, copy, then hand all slots back. A slot with a bad length is counted in
-/// `errors` and handed back empty.
+/// `errors` and handed back empty. While `tuner` says so, each copied frame's lines past the
+/// slot's first are flushed from our caches ([`flush_copied`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn receive(
@@ -126,42 +127,10 @@ pub(crate) fn receive(
     max: usize,
     st: &mut QueueStats,
     hold: &mut Holdoff,
-    flush: &mut FlushTuner,
-) -> usize {
-    let got = take(
-        region,
-        dir,
-        idx,
-        framesz,
-        cache,
-        pkts,
-        max,
-        st,
-        hold,
-        flush.flush(),
-    );
-    // At most MAX_BURST (512) frames.
-    flush.polled(got as u16);
-    got
-}
-
-/// [`receive`]'s work; `flush`: flush each frame's lines past the slot's first from our caches
-/// once copied ([`flush_copied`]).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn take(
-    region: &Region,
-    dir: Dir,
-    idx: &mut usize,
-    framesz: u32,
-    cache: &mut PoolCache,
-    pkts: &mut Vec<Mbuf>,
-    max: usize,
-    st: &mut QueueStats,
-    hold: &mut Holdoff,
-    flush: bool,
+    tuner: &mut FlushTuner,
 ) -> usize {
     if hold.holding() {
+        tuner.polled(0);
         return 0;
     }
     let max = max.min(MAX_BURST);
@@ -178,9 +147,11 @@ fn take(
     }
     if n == 0 {
         hold.found_empty();
+        tuner.polled(0);
         return 0;
     }
     hold.found(n);
+    let flush = tuner.flush();
     // The run's frames are finished: fetch each one's second line (the status read brought
     // the first), so the copies' misses overlap instead of stalling one after another. A/B:
     // 64 B +45%, 512 and 1518 B +9%; fetching up to the fourth line too lost 20% at 512 B.
@@ -238,6 +209,8 @@ fn take(
     }
     let got = out - start;
     st.packets += got as u64;
+    // At most MAX_BURST (512) frames.
+    tuner.polled(got as u16);
     got
 }
 
