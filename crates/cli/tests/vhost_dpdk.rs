@@ -44,21 +44,23 @@ fn ours(dev: &str, mode: &str, size: usize, secs: u32, extra: &[&str]) -> Proc {
     common::testpmd(1, dev, mode, &args)
 }
 
-/// Frames from DPDK's txonly, received whole and counted by our rxonly.
+/// Frames from DPDK's txonly, received whole and counted by our rxonly; with `rx-flush` on,
+/// off and auto, the port's `rx_flushed_packets` says how many were flushed once copied.
 #[test]
 fn poll_virtio_user_sends_to_our_backend() {
     if !have_dpdk() {
         return;
     }
-    for (size, opts) in [
-        (64, ""),
-        (1518, ""),
-        (64, ",in_order=0,mrg_rxbuf=0"),
-        (64, ",packed_vq=1"),
-        (1518, ",packed_vq=1,in_order=0,mrg_rxbuf=0"),
+    for (size, opts, flush) in [
+        (64, "", "on"),
+        (1518, "", "auto"),
+        (64, ",in_order=0,mrg_rxbuf=0", "off"),
+        (64, ",packed_vq=1", "auto"),
+        (1518, ",packed_vq=1,in_order=0,mrg_rxbuf=0", "on"),
     ] {
         let sock = Sock::new(&format!("vu-tx-{size}"));
-        let me = ours(&format!("vhost0,iface={}", sock.0), "rxonly", size, 5, &[]);
+        let dev = format!("vhost0,iface={},rx-flush={flush}", sock.0);
+        let me = ours(&dev, "rxonly", size, 5, &[]);
         common::wait_for_path(&sock.0, Duration::from_secs(10));
         let txp = format!("--txpkts={size}");
         let mut peer = dpdk(
@@ -79,6 +81,12 @@ fn poll_virtio_user_sends_to_our_backend() {
         assert!(dtx > 0, "{size}{opts}: DPDK printed no tx counters");
         assert_eq!(n(&j, "rx_errors"), 0, "{size}{opts}: {j}");
         assert_eq!(n(&j, "rx_bytes"), rx * size as u64, "{size}{opts}: {j}");
+        let flushed = j["ports"][0]["xstats"]["rx_flushed_packets"].as_u64();
+        match flush {
+            "on" => assert_eq!(flushed, Some(rx), "{size}{opts}: {j}"),
+            "off" => assert_eq!(flushed, Some(0), "{size}{opts}: {j}"),
+            _ => assert!(flushed.is_some_and(|f| f <= rx), "{size}{opts}: {j}"),
+        }
     }
 }
 

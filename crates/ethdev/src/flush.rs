@@ -20,6 +20,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use crate::QueueStats;
+
 /// What a receive queue does about flushing (the drivers' `rx_flush`/`rx-flush` devarg).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FlushMode {
@@ -93,8 +95,9 @@ pub struct FlushTuner {
     /// Frames per second of the window before the trial, and of the trial.
     before: f64,
     trial: f64,
-    /// Times the queue changed its way (a statistic).
+    /// Times the queue changed its way, and frames taken while it flushed (statistics).
     switches: u64,
+    flushed: u64,
 }
 
 impl Default for FlushTuner {
@@ -115,6 +118,7 @@ impl FlushTuner {
             before: 0.0,
             trial: 0.0,
             switches: 0,
+            flushed: 0,
         }
     }
 
@@ -129,9 +133,20 @@ impl FlushTuner {
         self.switches
     }
 
-    /// Counts a poll (empty ones too: the clock is read every few polls).
+    /// Puts the tuner's statistics into the queue's counters (`flushed`, `flush_switches`).
+    #[inline(always)]
+    pub fn record(&self, stats: &mut QueueStats) {
+        stats.flushed = self.flushed;
+        stats.flush_switches = self.switches;
+    }
+
+    /// Counts a poll (empty ones too: the clock is read every few polls) and the `frames` it
+    /// took, which were flushed if [`FlushTuner::flush`] said so when it began.
     #[inline(always)]
     pub fn polled(&mut self, frames: u16) {
+        if self.flush {
+            self.flushed += u64::from(frames);
+        }
         self.frames += u64::from(frames);
         self.polls += 1;
         if self.auto && self.polls >= CHECK_EVERY {
@@ -184,6 +199,20 @@ impl FlushTuner {
         self.since = Some(now);
         self.frames = 0;
     }
+}
+
+/// A port's extended counters for its receive queues' flushing, summed over `rx` (each
+/// queue's counters): frames flushed, and changes of way.
+pub fn xstats<'a>(rx: impl IntoIterator<Item = &'a QueueStats>) -> [(&'static str, u64); 2] {
+    let (mut flushed, mut switches) = (0, 0);
+    for q in rx {
+        flushed += q.flushed;
+        switches += q.flush_switches;
+    }
+    [
+        ("rx_flushed_packets", flushed),
+        ("rx_flush_switches", switches),
+    ]
 }
 
 #[cfg(test)]
@@ -244,10 +273,24 @@ mod tests {
         for (mode, flush) in [(FlushMode::On, true), (FlushMode::Off, false)] {
             let mut t = FlushTuner::new(mode);
             let end = Instant::now() + CYCLE * 2;
+            let mut polls = 0;
             while Instant::now() < end {
                 t.polled(32);
+                polls += 1;
                 assert_eq!(t.flush(), flush, "{mode}");
             }
+            // Every frame counted as flushed, or none.
+            let mut stats = QueueStats::default();
+            t.record(&mut stats);
+            assert_eq!(stats.flushed, if flush { 32 * polls } else { 0 }, "{mode}");
+            assert_eq!(stats.flush_switches, 0);
+            assert_eq!(
+                xstats([&stats, &stats]),
+                [
+                    ("rx_flushed_packets", 2 * stats.flushed),
+                    ("rx_flush_switches", 0)
+                ]
+            );
         }
         assert_eq!("auto".parse(), Ok(FlushMode::Auto));
         assert_eq!("on".parse(), Ok(FlushMode::On));

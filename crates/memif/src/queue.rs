@@ -424,6 +424,13 @@ impl RxQueue for MemifRxQueue {
         let max = max.min(MAX_BURST);
         let start = pkts.len();
         let flush = self.flush.flush();
+        // A zero-copy client copies nothing, so it has nothing to flush: its tuner is left
+        // out (it never tries, and counts no frame as flushed).
+        let copies = self
+            .core
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.role == Role::Server || c.zero_copy_region.is_none());
         let res = match self.core.conn.as_ref().map(|c| c.role) {
             Some(Role::Server) => Self::rx_server(&mut self.core, pkts, max, flush),
             Some(Role::Client) => Self::rx_client(&mut self.core, pkts, max, flush),
@@ -437,8 +444,11 @@ impl RxQueue for MemifRxQueue {
             self.core.protocol_error(e);
             0
         });
+        if copies {
+            self.flush.polled(n as u16);
+            self.flush.record(&mut self.core.stats);
+        }
         self.core.exit();
-        self.flush.polled(n as u16);
         n
     }
 

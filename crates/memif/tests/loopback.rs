@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::Port;
 use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mempool, PoolConfig};
@@ -76,8 +77,13 @@ fn big_pool() -> Mempool {
 fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     let sock = format!("/tmp/memif-test-data-{}.sock", std::process::id());
     let nq = 3u16;
-    let mut server = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
-    let mut client = MemifPort::new("c", MemifConfig::new(Role::Client, &sock)).unwrap();
+    // The server's rx queues flush every frame they copy, the client's none: the counters say so.
+    let mut scfg = MemifConfig::new(Role::Server, &sock);
+    scfg.rx_flush = FlushMode::On;
+    let mut ccfg = MemifConfig::new(Role::Client, &sock);
+    ccfg.rx_flush = FlushMode::Off;
+    let mut server = MemifPort::new("s", scfg).unwrap();
+    let mut client = MemifPort::new("c", ccfg).unwrap();
     let p = big_pool();
     let mut sq = Vec::new();
     let mut cq = Vec::new();
@@ -137,6 +143,15 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     assert_eq!(srx.iter().map(|s| s.packets).sum::<u64>(), N * nq as u64);
     assert_eq!(stx.iter().map(|s| s.packets).sum::<u64>(), N * nq as u64);
     assert!(srx.iter().chain(&stx).all(|s| s.errors == 0));
+    assert!(srx.iter().all(|s| s.flushed == N), "{srx:?}");
+    assert_eq!(
+        server.xstats(),
+        vec![
+            ("rx_flushed_packets", N * nq as u64),
+            ("rx_flush_switches", 0)
+        ]
+    );
+    assert_eq!(client.xstats()[0], ("rx_flushed_packets", 0));
     drop(server);
     drop(client);
     let _ = std::fs::remove_file(&sock);

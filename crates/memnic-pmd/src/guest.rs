@@ -284,6 +284,12 @@ impl Port for GuestPort {
         )
     }
 
+    /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
+    fn xstats(&self) -> Vec<(&'static str, u64)> {
+        let rx: Vec<QueueStats> = self.rx_cells.iter().map(|c| c.snapshot()).collect();
+        memnic_ethdev::flush::xstats(&rx).into()
+    }
+
     fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {
         if q != 0 {
             return Vec::new();

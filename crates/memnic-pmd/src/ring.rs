@@ -131,6 +131,7 @@ pub(crate) fn receive(
 ) -> usize {
     if hold.holding() {
         tuner.polled(0);
+        tuner.record(st);
         return 0;
     }
     let max = max.min(MAX_BURST);
@@ -148,6 +149,7 @@ pub(crate) fn receive(
     if n == 0 {
         hold.found_empty();
         tuner.polled(0);
+        tuner.record(st);
         return 0;
     }
     hold.found(n);
@@ -211,6 +213,7 @@ pub(crate) fn receive(
     st.packets += got as u64;
     // At most MAX_BURST (512) frames.
     tuner.polled(got as u16);
+    tuner.record(st);
     got
 }
 

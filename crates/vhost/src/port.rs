@@ -419,7 +419,8 @@ impl Port for VhostPort {
 
     fn xstats(&self) -> Vec<(&'static str, u64)> {
         let (zc, abandoned, late) = self.zero_copy_counts();
-        vec![
+        let rx = self.queue_stats().0;
+        let mut x = vec![
             ("connects", self.connects()),
             ("disconnects", self.disconnects()),
             ("bad_chains", self.bad_chains()),
@@ -427,7 +428,9 @@ impl Port for VhostPort {
             ("zero_copy_chains", zc),
             ("zero_copy_abandoned", abandoned),
             ("zero_copy_late", late),
-        ]
+        ];
+        x.extend(memnic_ethdev::flush::xstats(&rx));
+        x
     }
 
     fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {

@@ -314,6 +314,8 @@ fn dequeue<V: Vring>(
     let mut used = r.used_at(s.used);
     let want = max.min(MAX_BURST);
     let mut taken: u16 = 0;
+    // Of those, frames handed up zero copy (nothing copied, so nothing to flush).
+    let mut uncopied: u16 = 0;
     // Zero-copy chains whose segments were all freed go back with this burst's entries.
     let mut returned = 0;
     // Relaxed: a request from the control thread, which then waits for `zc_held`.
@@ -373,6 +375,7 @@ fn dequeue<V: Vring>(
                     if let Some(m) = zc.attach(&c.mem, pieces, c.hdr_len, chain) {
                         s.batch.truncate(start);
                         taken += 1;
+                        uncopied += 1;
                         s.stats.packets += 1;
                         s.stats.bytes += m.len() as u64;
                         pkts.push(m);
@@ -469,7 +472,9 @@ fn dequeue<V: Vring>(
         r.put_used_run(&mut used, run.0, taken, run.1);
     }
     s.last_avail = V::cursor_pos(&cur);
-    s.flush.polled(taken);
+    // The tuner judges by the frames its flushing touches: the copied ones.
+    s.flush.polled(taken - uncopied);
+    s.flush.record(&mut s.stats);
     publish(r, c, s, used, taken + returned);
     res
 }

@@ -691,6 +691,10 @@ impl Harness {
                 // up nothing, so its frames' bytes are not counted either.
                 self.m.rx_stats.bytes += bytes;
                 self.m.rx_stats.packets += frames.len() as u64;
+                // The queue flushes every frame it copies (FlushMode::On); zero copy copies none.
+                if self.kind != Kind::ClientZeroCopy {
+                    self.m.rx_stats.flushed += frames.len() as u64;
+                }
                 self.frames_rx += frames.len() as u64;
                 assert_eq!(n, frames.len(), "rx: frames handed up");
                 for (i, (m, want)) in pkts.iter().zip(&frames).enumerate() {
