@@ -28,6 +28,11 @@ pub enum Bench {
         /// or s2c (server txonly -> client rxonly, the S2C ring)
         #[arg(long, value_enum, default_value_t = MemifDir::C2s)]
         dir: MemifDir,
+        /// Every pair's client in zero-copy mode (`zero-copy=yes`, ours and DPDK's alike): it
+        /// hands the server its own buffers, so a frame is copied once (by the server) instead
+        /// of twice; the pairs compare with DPDK's zero-copy client
+        #[arg(long)]
+        zero_copy: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -162,6 +167,8 @@ pub enum Run {
         queues: u16,
         /// The server sends (S2C) rather than receives (C2S).
         server_sends: bool,
+        /// The client runs in zero-copy mode.
+        zero_copy: bool,
     },
     Memnic {
         host_sends: bool,
@@ -392,7 +399,19 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     // mode and MEMNIC copy into the shared ring and out of it (so does the tester's host
     // emulator with its PMD); virtio-user writes only a frame's headers and our vhost backend
     // or DPDK's copies the frame once.
-    let copies = if bench == "vhost" { 1 } else { 2 };
+    // A zero-copy memif client hands the server its own buffers: one copy, the server's.
+    let memif_zero_copy = matches!(
+        args.bench,
+        Bench::Memif {
+            zero_copy: true,
+            ..
+        }
+    );
+    let copies = if bench == "vhost" || memif_zero_copy {
+        1
+    } else {
+        2
+    };
     // A scaling run's label: the pair and its queue count.
     let scaled = |label: &str, n: u16| {
         if per_pair {
@@ -416,7 +435,12 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     };
     let sides_say = if per_pair { "CPUs" } else { "CPU" };
     let (title, method, heading, mut variants) = match &args.bench {
-        Bench::Memif { peer, dir, .. } => {
+        Bench::Memif {
+            peer,
+            dir,
+            zero_copy,
+            ..
+        } => {
             let server_sends = *dir == MemifDir::S2c;
             let arrow = if server_sends { "->" } else { "<-" };
             let mut variants = vec![];
@@ -427,6 +451,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                         client: Impl::Memnic,
                         queues,
                         server_sends,
+                        zero_copy: *zero_copy,
                     }
                 });
             } else {
@@ -451,6 +476,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                                 client,
                                 queues: 1,
                                 server_sends,
+                                zero_copy: *zero_copy,
                             },
                             baseline.filter(|&b| b != i),
                         )
@@ -462,8 +488,13 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
             } else {
                 ("C2S", "receiver", "sender")
             };
+            let mode = if *zero_copy {
+                "zero-copy client"
+            } else {
+                "copy mode"
+            };
             (
-                format!("memif copy mode, txonly -> rxonly over the {ring} ring"),
+                format!("memif {mode}, txonly -> rxonly over the {ring} ring"),
                 format!("server ({server_is}) on {sides_say} {a}, client ({client_is}) on {sides_say} {b}; pair: server{arrow}client"),
                 if server_sends { "server->client" } else { "server<-client" },
                 variants,
@@ -739,6 +770,29 @@ mod tests {
         let e = plan_of("memnic --queues 1,2 --interleave").unwrap_err();
         assert!(e.contains("--queues"), "{e}");
         assert!(plan_of("vhost --interleave --rings packed").is_ok());
+    }
+
+    /// --zero-copy puts every pair's client in zero-copy mode, and the limit probe copies a
+    /// frame once, as the pairs then do.
+    #[test]
+    fn memif_zero_copy_clients() {
+        let zc = |p: &Plan| -> Vec<bool> {
+            p.variants
+                .iter()
+                .filter_map(|v| match v.run {
+                    Run::Memif { zero_copy, .. } => Some(zero_copy),
+                    _ => None,
+                })
+                .collect()
+        };
+        let p = plan_of("memif --peer both --zero-copy").unwrap();
+        assert_eq!(zc(&p), [true; 4]);
+        assert!(p.title.contains("zero-copy client"), "{}", p.title);
+        assert_eq!(labels(&p).last(), Some(&"limit (1 copy)"));
+        let p = plan_of("memif --peer both").unwrap();
+        assert_eq!(zc(&p), [false; 4]);
+        assert!(p.title.contains("copy mode"), "{}", p.title);
+        assert_eq!(labels(&p).last(), Some(&"limit (2 copies)"));
     }
 
     /// --dir s2c turns every memif pair around (the server sends, the client is measured);

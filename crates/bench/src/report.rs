@@ -426,6 +426,7 @@ mod tests {
                         client: Impl::Dpdk,
                         queues: 1,
                         server_sends: false,
+                        zero_copy: false,
                     },
                     baseline: None,
                     pairs: 1,
@@ -437,6 +438,7 @@ mod tests {
                         client: Impl::Memnic,
                         queues: 1,
                         server_sends: false,
+                        zero_copy: false,
                     },
                     baseline: Some(0),
                     pairs: 1,
@@ -607,6 +609,7 @@ mod tests {
             client: Impl::Memnic,
             queues,
             server_sends: false,
+            zero_copy: false,
         });
         p.variants
             .extend(scaled("limit (2 copies)", 3, &|rings| Run::Limit {

@@ -296,13 +296,17 @@ fn memif_pair(
     plan: &Plan,
     (server, client): (Impl, Impl),
     queues: u16,
-    server_sends: bool,
+    (server_sends, zero_copy): (bool, bool),
     size: u32,
     slot: usize,
 ) -> Pair {
     let sock = ctx.sock(slot).display().to_string();
     let n = usize::from(queues);
     let (a, b) = (&plan.sides.0[..n], &plan.sides.1[..n]);
+    // The same key for both implementations; DPDK's zero-copy client needs its memory in one
+    // file per segment list to share it.
+    let zc = |role: &str| zero_copy && role == "client";
+    let opts = |role: &str| if zc(role) { ",zero-copy=yes" } else { "" };
     let side = |imp: Impl, role: &str, cpus: &[usize], mode: &str| match imp {
         Impl::Memnic => ours(
             ctx,
@@ -310,7 +314,7 @@ fn memif_pair(
             &format!("memif {role}"),
             Ours {
                 cpus,
-                vdevs: vec![format!("memif0,role={role},socket={sock}")],
+                vdevs: vec![format!("memif0,role={role},socket={sock}{}", opts(role))],
                 queues,
                 mode,
                 size,
@@ -326,8 +330,15 @@ fn memif_pair(
                 // The plan runs DPDK with one queue only.
                 cpu: cpus[0],
                 mem: "512",
-                eal: &[],
-                vdev: format!("net_memif0,role={role},socket={sock},socket-abstract=no"),
+                eal: if zc(role) {
+                    &["--single-file-segments"]
+                } else {
+                    &[]
+                },
+                vdev: format!(
+                    "net_memif0,role={role},socket={sock},socket-abstract=no{}",
+                    opts(role)
+                ),
                 mode,
                 size,
                 app: &[],
@@ -467,6 +478,7 @@ pub(crate) fn pair(
                 client,
                 queues,
                 server_sends,
+                zero_copy,
             },
             _,
         ) => memif_pair(
@@ -474,7 +486,7 @@ pub(crate) fn pair(
             plan,
             (server, client),
             queues,
-            server_sends,
+            (server_sends, zero_copy),
             size,
             slot,
         ),
