@@ -306,7 +306,7 @@ impl Engine {
                         qp.private.name()
                     )));
                 }
-                let caches = (qp.tx.cache(), qp.private.cache());
+                let caches = (qp.tx.lcore_cache(), qp.private.cache());
                 let s = Stream::new(spec, si as u16, rxq, txq, caches, tx_mac);
                 cells.push((spec, s.cell()));
                 lcores[li].streams.push(s);

@@ -319,7 +319,7 @@ impl Port for HostPort {
         Ok(Box::new(HostRxQueue {
             shared: self.shared.clone(),
             idx: 0,
-            cache: pool.cache(),
+            cache: pool.lcore_cache(),
             stats: QueueStats::default(),
             cell,
             gate: self.shared.gate.join(),
@@ -348,7 +348,7 @@ impl Port for HostPort {
             gate: self.shared.gate.join(),
             framesz: self.shared.framesz.load(Acquire),
             private_idx: 0,
-            cache: pool.cache(),
+            cache: pool.lcore_cache(),
             stats: QueueStats::default(),
             cell,
         }))

@@ -194,7 +194,7 @@ impl Port for PcapPort {
             self.rx.take(),
             self.pace,
             self.infinite,
-            pool.cache(),
+            pool.lcore_cache(),
             self.rx_cell.clone(),
             self.rx_extra.clone(),
         )))
@@ -205,7 +205,7 @@ impl Port for PcapPort {
         Ok(Box::new(PcapTxQueue::new(
             &self.name,
             self.tx.take(),
-            pool.cache(),
+            pool.lcore_cache(),
             self.tx_cell.clone(),
             self.tx_extra.clone(),
         )))

@@ -528,3 +528,81 @@ fn as_slice_padded_only_for_a_lone_private_segment_within_its_buffer() {
         "a shared buffer"
     );
 }
+
+/// The lcore caches of one pool used on one thread share their buffers: what one frees is
+/// what the next allocates (the buffer just freed, still in this core's caches). A plain cache
+/// keeps its own.
+#[test]
+fn lcore_caches_on_one_thread_share_their_buffers() {
+    let pool = pool(64, false);
+    let mut queue = pool.lcore_cache_sized(2);
+    let mut stream = pool.lcore_cache();
+    let mut plain = pool.cache();
+    for _ in 0..100 {
+        let m = queue.alloc().unwrap();
+        let idx = m.index();
+        stream.free(m);
+        assert_eq!(
+            queue.alloc().map(|m| m.index()),
+            Some(idx),
+            "the one just freed"
+        );
+        // (dropped: back to the pool)
+    }
+    let m = queue.alloc().unwrap();
+    let idx = m.index();
+    plain.free(m);
+    assert_ne!(
+        queue.alloc().map(|m| m.index()),
+        Some(idx),
+        "a plain cache keeps its own"
+    );
+    assert_eq!(queue.len(), stream.len(), "one shelf");
+    drop((queue, stream, plain));
+    assert_eq!(
+        pool.shared_free(),
+        64,
+        "every buffer back once the caches are gone"
+    );
+}
+
+/// Lcore caches on different threads do not share, a cache moved to another thread uses that
+/// thread's shelf, and a thread's shelf returns its buffers when its last cache goes.
+#[test]
+fn lcore_caches_keep_each_thread_to_its_own_shelf() {
+    let pool = pool(64, false);
+    // Caches of 16: 8 buffers out and back stay on the shelf (no spill to the pool).
+    let mut here = pool.lcore_cache_sized(16);
+    let mut v = Vec::new();
+    assert_eq!(here.alloc_up_to(&mut v, 8), 8);
+    let freed: Vec<u32> = v.iter().map(|m| m.index()).collect();
+    here.free_all(&mut v);
+    let there = {
+        let p = pool.clone();
+        std::thread::spawn(move || {
+            let mut c = p.lcore_cache_sized(16);
+            let mut v = Vec::new();
+            c.alloc_up_to(&mut v, 8);
+            let got: Vec<u32> = v.iter().map(|m| m.index()).collect();
+            c.free_all(&mut v);
+            (got, c)
+        })
+        .join()
+        .unwrap()
+    };
+    let (got, mut moved) = there;
+    assert!(
+        got.iter().all(|i| !freed.contains(i)),
+        "another thread's shelf: {got:?} vs {freed:?}"
+    );
+    // The other thread is gone: its cache, used here, takes this thread's shelf (the one
+    // `here` filled) and the old shelf's buffers go back to the pool.
+    let m = moved.alloc().unwrap();
+    assert!(freed.contains(&m.index()), "this thread's shelf");
+    drop(m);
+    assert_eq!(moved.len(), here.len());
+    drop(moved);
+    assert!(!here.is_empty(), "the shelf stays with its last cache");
+    drop(here);
+    assert_eq!(pool.shared_free(), 64);
+}

@@ -167,7 +167,7 @@ impl Port for TapPort {
         let (tap, cell) = self.take(true, q)?;
         Ok(Box::new(TapRxQueue::new(
             tap,
-            pool.cache(),
+            pool.lcore_cache(),
             room,
             segs,
             cell,
@@ -176,7 +176,7 @@ impl Port for TapPort {
 
     fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
         let (tap, cell) = self.take(false, q)?;
-        Ok(Box::new(TapTxQueue::new(tap, pool.cache(), cell)))
+        Ok(Box::new(TapTxQueue::new(tap, pool.lcore_cache(), cell)))
     }
 
     fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {

@@ -400,7 +400,7 @@ impl Port for VhostPort {
         Ok(Box::new(VhostRxQueue::new(
             self.shared.gate.join(),
             slot,
-            pool.cache_sized(QUEUE_CACHE),
+            pool.lcore_cache_sized(QUEUE_CACHE),
             cell,
             self.cfg.zero_copy.map(|z| (name.as_str(), z)),
             self.cfg.rx_flush,
@@ -412,7 +412,7 @@ impl Port for VhostPort {
         Ok(Box::new(VhostTxQueue::new(
             self.shared.gate.join(),
             slot,
-            pool.cache_sized(QUEUE_CACHE),
+            pool.lcore_cache_sized(QUEUE_CACHE),
             cell,
         )))
     }

@@ -482,7 +482,7 @@ impl Port for MemifPort {
             self.gate.join(),
             self.rx_slots[q as usize].clone(),
             self.broken.clone(),
-            pool.cache(),
+            pool.lcore_cache(),
             self.rx_cells[q as usize].clone(),
         );
         Ok(Box::new(MemifRxQueue::new(core, self.cfg.rx_flush)))
@@ -500,7 +500,7 @@ impl Port for MemifPort {
             self.gate.join(),
             self.tx_slots[q as usize].clone(),
             self.broken.clone(),
-            pool.cache(),
+            pool.lcore_cache(),
             self.tx_cells[q as usize].clone(),
         );
         Ok(Box::new(MemifTxQueue::new(core)))
