@@ -772,19 +772,26 @@ mod tests {
         assert!(plan_of("vhost --interleave --rings packed").is_ok());
     }
 
+    /// A flag of each memif pair of the plan, picked from (server_sends, zero_copy).
+    fn memif_flags(p: &Plan, pick: impl Fn(bool, bool) -> bool) -> Vec<bool> {
+        p.variants
+            .iter()
+            .filter_map(|v| match v.run {
+                Run::Memif {
+                    server_sends,
+                    zero_copy,
+                    ..
+                } => Some(pick(server_sends, zero_copy)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// --zero-copy puts every pair's client in zero-copy mode, and the limit probe copies a
     /// frame once, as the pairs then do.
     #[test]
     fn memif_zero_copy_clients() {
-        let zc = |p: &Plan| -> Vec<bool> {
-            p.variants
-                .iter()
-                .filter_map(|v| match v.run {
-                    Run::Memif { zero_copy, .. } => Some(zero_copy),
-                    _ => None,
-                })
-                .collect()
-        };
+        let zc = |p: &Plan| memif_flags(p, |_, zero_copy| zero_copy);
         let p = plan_of("memif --peer both --zero-copy").unwrap();
         assert_eq!(zc(&p), [true; 4]);
         assert!(p.title.contains("zero-copy client"), "{}", p.title);
@@ -799,15 +806,7 @@ mod tests {
     /// c2s, the default, is the server receiving.
     #[test]
     fn memif_directions() {
-        let sends = |p: &Plan| -> Vec<bool> {
-            p.variants
-                .iter()
-                .filter_map(|v| match v.run {
-                    Run::Memif { server_sends, .. } => Some(server_sends),
-                    _ => None,
-                })
-                .collect()
-        };
+        let sends = |p: &Plan| memif_flags(p, |server_sends, _| server_sends);
         let p = plan_of("memif --peer both").unwrap();
         assert_eq!(sends(&p), [false; 4]);
         assert_eq!(p.variant_heading, "server<-client");

@@ -203,7 +203,7 @@ impl FlushTuner {
 
 /// A port's extended counters for its receive queues' flushing, summed over `rx` (each
 /// queue's counters): frames flushed, and changes of way.
-pub fn xstats<'a>(rx: impl IntoIterator<Item = &'a QueueStats>) -> [(&'static str, u64); 2] {
+pub fn xstats(rx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
     let (mut flushed, mut switches) = (0, 0);
     for q in rx {
         flushed += q.flushed;
@@ -285,7 +285,7 @@ mod tests {
             assert_eq!(stats.flushed, if flush { 32 * polls } else { 0 }, "{mode}");
             assert_eq!(stats.flush_switches, 0);
             assert_eq!(
-                xstats([&stats, &stats]),
+                xstats([stats, stats]),
                 [
                     ("rx_flushed_packets", 2 * stats.flushed),
                     ("rx_flush_switches", 0)

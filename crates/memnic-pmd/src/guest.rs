@@ -286,8 +286,7 @@ impl Port for GuestPort {
 
     /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        let rx: Vec<QueueStats> = self.rx_cells.iter().map(|c| c.snapshot()).collect();
-        memnic_ethdev::flush::xstats(&rx).into()
+        memnic_ethdev::flush::xstats(self.rx_cells.iter().map(|c| c.snapshot())).into()
     }
 
     fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {

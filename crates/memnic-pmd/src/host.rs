@@ -363,8 +363,7 @@ impl Port for HostPort {
 
     /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        let rx: Vec<QueueStats> = self.rx_cells.iter().map(|c| c.snapshot()).collect();
-        memnic_ethdev::flush::xstats(&rx).into()
+        memnic_ethdev::flush::xstats(self.rx_cells.iter().map(|c| c.snapshot())).into()
     }
 
     /// Serves the guest's resets from the control thread while no lcore polls the rx queue

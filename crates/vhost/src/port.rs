@@ -419,7 +419,6 @@ impl Port for VhostPort {
 
     fn xstats(&self) -> Vec<(&'static str, u64)> {
         let (zc, abandoned, late) = self.zero_copy_counts();
-        let rx = self.queue_stats().0;
         let mut x = vec![
             ("connects", self.connects()),
             ("disconnects", self.disconnects()),
@@ -429,7 +428,7 @@ impl Port for VhostPort {
             ("zero_copy_abandoned", abandoned),
             ("zero_copy_late", late),
         ];
-        x.extend(memnic_ethdev::flush::xstats(&rx));
+        x.extend(memnic_ethdev::flush::xstats(self.queue_stats().0));
         x
     }
 

@@ -515,8 +515,7 @@ impl Port for MemifPort {
 
     /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        let rx: Vec<QueueStats> = self.rx_cells.iter().map(|c| c.snapshot()).collect();
-        memnic_ethdev::flush::xstats(&rx).into()
+        memnic_ethdev::flush::xstats(self.rx_cells.iter().map(|c| c.snapshot())).into()
     }
 
     /// The control channel: accept or connect, run the handshake, notice the peer leaving.
