@@ -403,15 +403,15 @@ fn dequeue<V: Vring>(
                 r.put_used(&mut used, chain, 0);
             }
             taken += 1;
-            // A short frame is fetched whole, a long one's first line (the copy loop fetches
-            // more of it while the frame before it is copied).
+            // A short frame is fetched whole, a long one's first line (the hardware
+            // prefetcher follows its copy).
             let fetch = match walked {
                 Ok(total) if fetched_whole(total, c.hdr_len) => {
                     (total as usize).saturating_sub(c.hdr_len)
                 }
                 _ => 1,
             };
-            prefetch_frame(&c.mem, &s.batch[start..], c.hdr_len, 0, fetch, true);
+            prefetch_frame(&c.mem, &s.batch[start..], c.hdr_len, fetch);
             took[nb] = Taken {
                 start: start as u32,
                 end: s.batch.len() as u32,
@@ -420,18 +420,10 @@ fn dequeue<V: Vring>(
             };
             nb += 1;
         }
-        // Copy the batch's frames. While one is copied, the first lines of the next (a long
-        // frame's) are fetched: the misses overlap the copy and the hardware prefetcher is
-        // running when the next copy starts.
+        // Copy the batch's frames.
         let mut dropped = 0u32;
         let flushing = s.flush.flush();
         for k in 0..nb {
-            if let Some(n) = took[..nb].get(k + 1) {
-                if !n.zero_copy && n.walked.is_ok_and(|t| !fetched_whole(t, c.hdr_len)) {
-                    let pieces = &s.batch[n.start as usize..n.end as usize];
-                    prefetch_frame(&c.mem, pieces, c.hdr_len, 64, PREFETCH_MAX, false);
-                }
-            }
             let t = &took[k];
             if t.zero_copy {
                 continue;
@@ -545,20 +537,13 @@ impl Taken {
     };
 }
 
-/// Prefetches the cache lines that hold bytes `from..from + len` of a tx chain's frame (the
-/// frame starts after its `hdr_len`-byte header). Regions are page aligned, so a line of an
-/// offset is a line of memory. With `rest_to_l2`, every line but the first goes to L2 only
-/// (a batch's whole short frames, fetched ahead of their copies: see [`PREFETCH_WHOLE`]).
+/// Prefetches the cache lines that hold the first `len` bytes of a tx chain's frame (the frame
+/// starts after its `hdr_len`-byte header): the first line to L1, the rest to L2 only (a
+/// batch's whole short frames, fetched ahead of their copies: see [`PREFETCH_WHOLE`]).
+/// Regions are page aligned, so a line of an offset is a line of memory.
 #[inline(always)]
-fn prefetch_frame(
-    mem: &MemTable,
-    pieces: &[Piece],
-    hdr_len: usize,
-    from: usize,
-    len: usize,
-    rest_to_l2: bool,
-) {
-    let mut skip = hdr_len + from;
+fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, len: usize) {
+    let mut skip = hdr_len;
     let mut left = len;
     let mut first = true;
     for p in pieces {
@@ -571,7 +556,7 @@ fn prefetch_frame(
         let end = p.off + skip + n;
         let mut at = (p.off + skip) & !63;
         while at < end {
-            if rest_to_l2 && !first {
+            if !first {
                 map.prefetch_l2(at);
             } else {
                 map.prefetch(at);
@@ -589,7 +574,7 @@ fn prefetch_frame(
 
 /// Frames up to this length are prefetched whole when their chain is taken (a batch of
 /// [`DEQ_BATCH`] chains, so every line of the batch's frames is on its way before the first
-/// copy starts); longer ones get their first line then and more during the copy loop. With
+/// copy starts); longer ones get their first line only. With
 /// only the first line, a 512-B copy waited for the other seven in turn: our backend stayed at
 /// 10-11 Mpps where DPDK's reached 18 (perf: 39% of rx_burst on the store after the copy).
 /// A/B in one sitting (virtio-user txonly -> our rxonly, 3 rounds alternating, Mpps
@@ -619,23 +604,23 @@ fn prefetch_frame(
 /// packed 9.57 -> 8.43, 1024 B 8.08 -> 7.69 / 8.03 -> 7.61). Frames past this length still
 /// go at fewer lines per second than 1518-B ones (perf at 768 B: 29% of rx_burst on the
 /// prefetch loop itself, the fill buffers full).
+///
+/// Longer frames get nothing more from us: the copy loop used to prefetch the next frame's
+/// first 448 bytes while it copied one (then: split 1518 B 5.84 -> 7.17 Mpps at p50, packed
+/// 6.05 -> 6.34), but since the lcore caches (a receiver's destinations hot) it only took fill
+/// buffers from the copy. In-process flip in one sitting (our rxonly <- virtio-user txonly,
+/// one lcore each, B/A of adjacent 1-s windows p20/p50/p80, without / with it): packed 1518 B
+/// fast state 1.01/1.02/1.03 (14.77 -> 15.00), slow 1.04/1.07/1.09 (9.60 -> 10.27), and in
+/// two more runs 1.01/1.03/1.07, 1.04/1.06/1.08; split 1518 B fast 1.03/1.03/1.05 (15.45 ->
+/// 15.95), slow 1.03/1.03/1.03; 1280 B split 0.97/1.04/1.06, packed 1.04/1.06/1.13.
 const PREFETCH_WHOLE: usize = 1024;
 
 /// Whether a tx chain of `total` bytes (its header included) has its frame prefetched whole
-/// when it is taken ([`PREFETCH_WHOLE`]); a longer one's is prefetched by the copy loop.
+/// when it is taken ([`PREFETCH_WHOLE`]); a longer one's first line only.
 #[inline(always)]
 fn fetched_whole(total: u32, hdr_len: usize) -> bool {
     total as usize <= hdr_len + PREFETCH_WHOLE
 }
-
-/// How much of the next frame the dequeue copy loop prefetches past its first line (which
-/// was fetched when its chain was taken), for frames longer than [`PREFETCH_WHOLE`]. A/B
-/// in one sitting (virtio-user txonly -> our rxonly, Mpps p20/p50/p80, without / with): split
-/// 1518 B 5.80/5.84/5.86 / 6.81/7.17/7.83, packed 1518 B 5.90/6.05/6.18 / 6.21/6.34/6.88; split
-/// 512 B 10.68/10.97/11.01 / 10.63/10.66/10.69 (not prefetched: level). Lost: the same for
-/// 512-B frames (split 512 B p50 11.01 -> 10.09), and the whole frame rather than its first
-/// 512 bytes (split 1518 B p50 5.91 -> 5.17, packed 5.89 -> 5.01).
-const PREFETCH_MAX: usize = 448;
 
 /// Copies a tx chain's frame (after its virtio-net header) into `m`.
 #[inline(always)]
