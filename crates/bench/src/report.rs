@@ -49,6 +49,12 @@ pub struct Row {
     pub of_limit_p20: Option<f64>,
     pub of_limit_p50: Option<f64>,
     pub of_limit_p80: Option<f64>,
+    /// Every window's rate (Mpps) in the order taken, and with `--interleave` when each was
+    /// taken (the bench's clock, seconds from its start, at the window's middle; empty
+    /// otherwise), index for index: the series behind the quantiles, where a run that held one
+    /// state throughout, or a pair that started slow, shows as it happened.
+    pub rates: Vec<f64>,
+    pub at: Vec<f64>,
 }
 
 impl Row {
@@ -126,6 +132,8 @@ pub fn rows(plan: &Plan, res: &Results) -> Vec<Row> {
                     of_limit_p20: of_limit(|s| s.p20, 0.2),
                     of_limit_p50: of_limit(|s| s.p50, 0.5),
                     of_limit_p80: of_limit(|s| s.p80, 0.8),
+                    rates: cell[vi].clone(),
+                    at: at[vi].clone(),
                 });
             }
         }
@@ -665,5 +673,27 @@ mod tests {
         assert_eq!(v["swing"][0]["p80_over_p20"], 1.0);
         assert_eq!(v["swung"], false);
         assert!(table(&p, &rows, &sw).contains("no two-state swing seen"));
+    }
+
+    /// The JSON keeps each window, in the order taken, beside the quantiles; interleaved, with
+    /// when it was taken.
+    #[test]
+    fn json_rows_carry_their_windows() {
+        let mut p = plan();
+        p.interleave = true;
+        let mut res = Results::new(&p);
+        for (k, mpps) in [6.0, 18.5, 19.0].into_iter().enumerate() {
+            res.at[0][0][1].push(1.5 + 4.0 * k as f64);
+            res.windows[0][0][1].push(mpps);
+        }
+        let rows = rows(&p, &res);
+        let v: serde_json::Value =
+            serde_json::from_str(&json(&p, &rows, &swings(&p, &res), "2026-12-05")).unwrap();
+        let ours = &v["rows"][1];
+        assert_eq!(ours["rates"], serde_json::json!([6.0, 18.5, 19.0]));
+        assert_eq!(ours["at"], serde_json::json!([1.5, 5.5, 9.5]));
+        assert_eq!(ours["windows"], 3);
+        // A variant without windows has empty series, not missing ones.
+        assert_eq!(v["rows"][3]["rates"], serde_json::json!([]));
     }
 }
