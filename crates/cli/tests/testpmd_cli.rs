@@ -32,6 +32,7 @@ fn bad_input_is_one_sentence() {
         (vec!["--vdev".into(), "memnic0,path=x,role=host,rx_flush=maybe".into()], "bad value 'maybe' for 'rx_flush': expected auto, on or off"),
         (vec!["--vdev".into(), "memif0,rx-flush=2".into()], "bad value '2' for 'rx-flush': expected auto, on or off"),
         (vec!["--vdev".into(), "vhost0,iface=x,rx-flush=always".into()], "bad value 'always' for 'rx-flush': expected auto, on or off"),
+        (vec!["--vdev".into(), "vhost0,iface=x,tx-stream=yes-please".into()], "bad value 'yes-please' for 'tx-stream': expected auto, on or off"),
         (vec!["--vdev".into(), "ring0,size=1".into()], "port 'ring0': no driver 'ring' (available: memnic, memif, vhost, tap, pcap)"),
         (vec!["--vdev".into(), "vhost0".into()], "port 'vhost0': missing required key 'iface'"),
         (vec!["--vdev".into(), "vhost0,iface=/nonexistent/dir/s".into()], "port 'vhost0': cannot listen on /nonexistent/dir/s"),

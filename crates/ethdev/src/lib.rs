@@ -6,14 +6,16 @@
 //!   the front of a burst and leaves the rest with the caller (retry or drop: the caller decides).
 //! * Counters are plain integers owned by the queue ([`QueueStats`]); the queue publishes a
 //!   snapshot into a [`StatsCell`] after each burst, and other threads read only the snapshot.
-//! * [`flush::FlushTuner`]: a receive queue's choice whether to flush the lines it read from
-//!   its peer's buffers, tried both ways while traffic runs.
+//! * [`tuner::Tuner`]: a queue's choice between two ways of doing its work, tried both ways
+//!   while traffic runs; [`flush::FlushTuner`] is a receive queue's choice whether to flush the
+//!   lines it read from its peer's buffers.
 #![forbid(unsafe_code)]
 
 mod devargs;
 pub mod flush;
 pub mod gate;
 mod stats;
+pub mod tuner;
 
 pub use devargs::{Devargs, DevargsError};
 pub use memnic_pktbuf::{ExtPool, Mbuf, Mempool, PoolCache, SegKind};

@@ -14,11 +14,13 @@ pub struct QueueStats {
     pub errors: u64,
     /// Receives that stopped because the pool had no buffer (DPDK's `rx_nombuf`).
     pub nombuf: u64,
-    /// Received frames whose lines the queue flushed from our caches once it had copied them
-    /// ([`FlushTuner`](crate::flush::FlushTuner)); 0 for queues that never flush.
-    pub flushed: u64,
-    /// Times the queue's [`FlushTuner`](crate::flush::FlushTuner) changed its way.
-    pub flush_switches: u64,
+    /// Frames the queue's [`Tuner`](crate::tuner::Tuner) moved its other way: received frames
+    /// whose lines an rx queue flushed from our caches once it had copied them
+    /// ([`FlushTuner`](crate::flush::FlushTuner)), short frames a vhost tx queue wrote into the
+    /// guest's buffers with streaming stores; 0 for queues without a tuner.
+    pub tuned: u64,
+    /// Times the queue's tuner changed its way.
+    pub tuner_switches: u64,
 }
 
 impl QueueStats {
@@ -28,8 +30,8 @@ impl QueueStats {
         self.drops += o.drops;
         self.errors += o.errors;
         self.nombuf += o.nombuf;
-        self.flushed += o.flushed;
-        self.flush_switches += o.flush_switches;
+        self.tuned += o.tuned;
+        self.tuner_switches += o.tuner_switches;
     }
 }
 
@@ -43,8 +45,8 @@ pub struct StatsCell {
     drops: AtomicU64,
     errors: AtomicU64,
     nombuf: AtomicU64,
-    flushed: AtomicU64,
-    flush_switches: AtomicU64,
+    tuned: AtomicU64,
+    tuner_switches: AtomicU64,
 }
 
 impl StatsCell {
@@ -61,9 +63,9 @@ impl StatsCell {
         self.drops.store(s.drops, Ordering::Relaxed);
         self.errors.store(s.errors, Ordering::Relaxed);
         self.nombuf.store(s.nombuf, Ordering::Relaxed);
-        self.flushed.store(s.flushed, Ordering::Relaxed);
-        self.flush_switches
-            .store(s.flush_switches, Ordering::Relaxed);
+        self.tuned.store(s.tuned, Ordering::Relaxed);
+        self.tuner_switches
+            .store(s.tuner_switches, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> QueueStats {
@@ -75,8 +77,8 @@ impl StatsCell {
             drops: self.drops.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             nombuf: self.nombuf.load(Ordering::Relaxed),
-            flushed: self.flushed.load(Ordering::Relaxed),
-            flush_switches: self.flush_switches.load(Ordering::Relaxed),
+            tuned: self.tuned.load(Ordering::Relaxed),
+            tuner_switches: self.tuner_switches.load(Ordering::Relaxed),
         }
     }
 }

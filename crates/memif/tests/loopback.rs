@@ -143,7 +143,7 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     assert_eq!(srx.iter().map(|s| s.packets).sum::<u64>(), N * nq as u64);
     assert_eq!(stx.iter().map(|s| s.packets).sum::<u64>(), N * nq as u64);
     assert!(srx.iter().chain(&stx).all(|s| s.errors == 0));
-    assert!(srx.iter().all(|s| s.flushed == N), "{srx:?}");
+    assert!(srx.iter().all(|s| s.tuned == N), "{srx:?}");
     assert_eq!(
         server.xstats(),
         vec![

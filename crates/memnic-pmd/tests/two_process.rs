@@ -87,7 +87,7 @@ fn run_host(child_test: &str, variant: Variant, count: u64) {
     let want_rx = QueueStats {
         packets: count,
         bytes: rx.bytes,
-        flushed: count,
+        tuned: count,
         ..QueueStats::default()
     };
     let want_tx = QueueStats {

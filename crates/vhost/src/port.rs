@@ -20,6 +20,7 @@ use vhost::vhost_user::BackendReqHandler;
 
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::gate::Gate;
+use memnic_ethdev::tuner::Mode;
 use memnic_ethdev::{
     Devargs, DevargsError, Driver, LinkStatus, MacAddr, Mempool, OpenResult, Port, PortError,
     PortInfo, QueueStats, RxQueue, StatsCell, TxQueue,
@@ -39,6 +40,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "dequeue-zero-copy",
     "dequeue-zero-copy-min-len",
     "rx-flush",
+    "tx-stream",
 ];
 
 /// Most queue pairs a port offers.
@@ -75,6 +77,9 @@ pub struct VhostConfig {
     /// Whether dequeue flushes each frame's first line from our caches once copied
     /// (`rx-flush=auto|on|off`, ours: `queue::flush_first_line`).
     pub rx_flush: FlushMode,
+    /// Whether enqueue writes short frames into a packed ring's buffers with streaming stores
+    /// (`tx-stream=auto|on|off`, ours: `Vring::STREAM_TUNED`).
+    pub tx_stream: Mode,
 }
 
 /// Buffers each vhost queue's cache keeps (the pool's own size is 256). A frame's buffer is
@@ -103,6 +108,7 @@ impl VhostConfig {
             message_timeout: MESSAGE_TIMEOUT,
             zero_copy: None,
             rx_flush: FlushMode::Auto,
+            tx_stream: Mode::Auto,
         }
     }
 
@@ -128,6 +134,7 @@ impl VhostConfig {
             c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
         }
         c.rx_flush = a.parse_or("rx-flush", FlushMode::Auto)?;
+        c.tx_stream = a.parse_or("tx-stream", Mode::Auto)?;
         Ok(c)
     }
 }
@@ -414,6 +421,7 @@ impl Port for VhostPort {
             slot,
             pool.lcore_cache_sized(QUEUE_CACHE),
             cell,
+            self.cfg.tx_stream,
         )))
     }
 
@@ -428,7 +436,15 @@ impl Port for VhostPort {
             ("zero_copy_abandoned", abandoned),
             ("zero_copy_late", late),
         ];
-        x.extend(memnic_ethdev::flush::xstats(self.queue_stats().0));
+        let (rx, tx) = self.queue_stats();
+        x.extend(memnic_ethdev::flush::xstats(rx));
+        x.extend([
+            ("tx_streamed_packets", tx.iter().map(|q| q.tuned).sum()),
+            (
+                "tx_stream_switches",
+                tx.iter().map(|q| q.tuner_switches).sum(),
+            ),
+        ]);
         x
     }
 
@@ -744,5 +760,15 @@ mod tests {
         assert_eq!(z.unwrap().zero_copy.unwrap().min_len, 0);
         let e = parse("vhost0,iface=/s,dequeue-zero-copy=maybe").unwrap_err();
         assert!(e.to_string().contains("dequeue-zero-copy"), "{e}");
+    }
+    #[test]
+    fn devargs_choose_the_tuned_ways() {
+        let parse = |s: &str| VhostConfig::from_devargs(&Devargs::parse(s, DEVARGS_KEYS).unwrap());
+        let c = parse("vhost0,iface=/s").unwrap();
+        assert_eq!((c.rx_flush, c.tx_stream), (FlushMode::Auto, Mode::Auto));
+        let c = parse("vhost0,iface=/s,rx-flush=off,tx-stream=on").unwrap();
+        assert_eq!((c.rx_flush, c.tx_stream), (FlushMode::Off, Mode::On));
+        let e = parse("vhost0,iface=/s,tx-stream=sometimes").unwrap_err();
+        assert!(e.to_string().contains("tx-stream"), "{e}");
     }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
+use memnic_ethdev::tuner::{Mode, Tuner};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
 
@@ -99,6 +100,8 @@ struct State {
     zc: Option<ZeroCopy>,
     /// Whether a dequeue flushes its frames' first lines ([`flush_first_line`]).
     flush: FlushTuner,
+    /// Whether an enqueue streams its short frames ([`Vring::STREAM_TUNED`]).
+    stream: Tuner,
 }
 
 /// State of one queue in either direction.
@@ -125,6 +128,7 @@ impl Core {
                 idle_polls: 0,
                 zc: None,
                 flush: FlushTuner::default(),
+                stream: Tuner::default(),
             },
             cell,
         }
@@ -702,14 +706,19 @@ pub struct VhostTxQueue {
 }
 
 impl VhostTxQueue {
+    /// `stream`: whether enqueue streams short frames into a packed ring's buffers
+    /// ([`Vring::STREAM_TUNED`]).
     pub fn new(
         gate: GateMember,
         slot: Arc<VringSlot>,
         cache: PoolCache,
         cell: Arc<StatsCell>,
+        stream: Mode,
     ) -> Self {
+        let mut core = Core::new(gate, slot, cache, cell);
+        core.s.stream = Tuner::new(stream);
         VhostTxQueue {
-            core: Core::new(gate, slot, cache, cell),
+            core,
             spans: Vec::new(),
         }
     }
@@ -763,6 +772,12 @@ fn enqueue<V: Vring>(
     let mut sent = 0;
     let mut res = Ok(());
     let limit = pkts.len().min(MAX_BURST);
+    // Frames up to this length go out with streaming stores.
+    let stream_max = if s.stream.on() {
+        V::STREAM_MAX.max(V::STREAM_TUNED)
+    } else {
+        V::STREAM_MAX
+    };
     // Whether a frame went out with streaming stores, which the publish must be fenced after.
     let mut streamed = false;
     // Each batch's chains and the ranges of their pieces in `s.batch` (only `..nb` is read).
@@ -772,6 +787,7 @@ fn enqueue<V: Vring>(
         // Place a batch: each frame's chain walked, its pieces kept, its buffer prefetched.
         let mut nb = 0;
         s.batch.clear();
+        r.prefetch_batch(&cur, sent == 0, sent + V::ENQ_BATCH < limit);
         while nb < V::ENQ_BATCH && sent + nb < limit {
             let need = c.hdr_len + pkts[sent + nb].len();
             let mut look = cur;
@@ -790,7 +806,7 @@ fn enqueue<V: Vring>(
             // A frame written with streaming stores fetches no line (asking for them ahead
             // only pulled them over from the frontend; A/B not asked/asked, split 64 B
             // 0.95/1.09/1.23, 128 B 1.06/1.14/1.25).
-            if streamed_bytes::<V>(&pkts[sent + nb]).is_none() {
+            if streamed_bytes(&pkts[sent + nb], stream_max).is_none() {
                 prefetch_pieces(&c.mem, &s.batch[start..], c.hdr_len, need);
             }
             placed[nb] = (chain, start as u32, s.batch.len() as u32);
@@ -801,10 +817,11 @@ fn enqueue<V: Vring>(
             let m = &pkts[sent + k];
             let pieces = &s.batch[start as usize..end as usize];
             write_header(&c.mem, pieces, c.hdr_len, 1);
-            if streamed_bytes::<V>(m)
+            if streamed_bytes(m, stream_max)
                 .is_some_and(|src| stream_frame(&c.mem, pieces, c.hdr_len, src))
             {
                 streamed = true;
+                s.stats.tuned += 1;
             } else {
                 write_pieces(&c.mem, pieces, c.hdr_len, m, 0, m.len());
             }
@@ -852,6 +869,10 @@ fn enqueue<V: Vring>(
         memnic_shm::store_fence();
     }
     publish(r, c, s, used, entries);
+    if V::STREAM_TUNED > V::STREAM_MAX {
+        s.stream.polled(sent as u16);
+        s.stats.tuner_switches = s.stream.switches();
+    }
     (sent, res)
 }
 
@@ -884,11 +905,11 @@ fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize
 const PREFETCH_WRITE_MAX: usize = 1024 + 12;
 
 /// The bytes an enqueue batch writes with streaming stores: a one-segment frame of private
-/// memory, up to [`Vring::STREAM_MAX`] ([`stream_frame`] still falls back when the buffer is
-/// short).
+/// memory, up to `max` bytes ([`Vring::STREAM_MAX`], or [`Vring::STREAM_TUNED`] while the
+/// queue's tuner streams; [`stream_frame`] still falls back when the buffer is short).
 #[inline(always)]
-fn streamed_bytes<V: Vring>(m: &Mbuf) -> Option<&[u8]> {
-    m.frame_slice().filter(|s| s.len() <= V::STREAM_MAX)
+fn streamed_bytes(m: &Mbuf, max: usize) -> Option<&[u8]> {
+    m.frame_slice().filter(|s| s.len() <= max)
 }
 
 /// Writes a frame's bytes (`src`, [`streamed_bytes`]) after its header in the chain's first

@@ -210,6 +210,8 @@ impl Vring for SplitRing {
     /// 1.21/1.40/1.48; longer frames lose memory bandwidth: 256 B 0.82/1.16/1.23 (fast state
     /// 23.5 -> 19.0), 512 B 0.78/0.95/1.09, 1518 B 0.18/0.20/0.23.
     const STREAM_MAX: usize = 128;
+    /// None past those: they always stream.
+    const STREAM_TUNED: usize = 0;
     type Cursor = SplitCursor;
     type Used = u16;
 

@@ -122,6 +122,10 @@ pub trait Vring {
     /// ([`memnic_shm::Region::write_bytes_streaming`], one store fence before the burst is
     /// published); 0 for none. Each ring measured its own (see the impls).
     const STREAM_MAX: usize;
+    /// The longest frame an enqueue batch writes with streaming stores while the queue's
+    /// tuner finds that this moves more frames (`memnic_ethdev::tuner`); at most
+    /// [`Vring::STREAM_MAX`] for none. Each ring measured its own (see the impls).
+    const STREAM_TUNED: usize;
 
     /// Where the next available chain is.
     type Cursor: Copy;
@@ -161,6 +165,11 @@ pub trait Vring {
     fn enable_kicks(&self, pos: u16, event_idx: bool);
     /// Whether a chain is available at `pos` (after `enable_kicks` and `notify_fence`).
     fn has_avail(&self, pos: u16) -> bool;
+    /// Asks for the ring's lines that an enqueue batch at `cur` reads and then writes, for
+    /// writing: with `this`, the batch's own; with `next`, the next batch's (their misses then
+    /// overlap this batch's copies). By default nothing (the split ring: not measured).
+    #[inline(always)]
+    fn prefetch_batch(&self, _cur: &Self::Cursor, _this: bool, _next: bool) {}
 }
 
 /// A ring of either layout (VIRTIO_F_RING_PACKED says which).

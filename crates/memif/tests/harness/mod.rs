@@ -693,7 +693,7 @@ impl Harness {
                 self.m.rx_stats.packets += frames.len() as u64;
                 // The queue flushes every frame it copies (FlushMode::On); zero copy copies none.
                 if self.kind != Kind::ClientZeroCopy {
-                    self.m.rx_stats.flushed += frames.len() as u64;
+                    self.m.rx_stats.tuned += frames.len() as u64;
                 }
                 self.frames_rx += frames.len() as u64;
                 assert_eq!(n, frames.len(), "rx: frames handed up");

@@ -1,0 +1,270 @@
+//! A queue's choice between two ways of doing its work, made by trying the other way while
+//! traffic runs ([`Tuner`]).
+//!
+//! Some choices depend on where the peer's core is from ours and what the peer does with the
+//! lines we touch, which neither side can see and which changes every few seconds on a shared
+//! machine: whether a receive queue flushes the lines it copied ([`crate::flush`]), whether a
+//! vhost queue writes short frames into the guest's buffers with streaming stores. So each
+//! queue measures: every [`CYCLE`] it runs one [`WINDOW`] the other way between two windows its
+//! own way, and changes its way when the other moved [`MARGIN`] more frames than the mean of
+//! the two around it. A queue for which both ways move the same keeps the way it has (at
+//! first: off).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+/// What a queue does about a tuned choice (a driver's devarg: `auto`, `on` or `off`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Try both ways while traffic runs and keep the one that moves more frames.
+    #[default]
+    Auto,
+    /// Always the other way.
+    On,
+    /// Never.
+    Off,
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Mode::Auto),
+            "on" | "1" | "yes" => Ok(Mode::On),
+            "off" | "0" | "no" => Ok(Mode::Off),
+            _ => Err("expected auto, on or off".into()),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Auto => "auto",
+            Mode::On => "on",
+            Mode::Off => "off",
+        })
+    }
+}
+
+/// How often the queue tries the other way.
+pub const CYCLE: Duration = Duration::from_millis(64);
+/// How long each of the three windows of a trial lasts (the rest of the cycle keeps the
+/// current way). At 5 Mpps a window counts 5,000 frames.
+pub const WINDOW: Duration = Duration::from_millis(1);
+/// How much more the other way must move (over the mean of the windows around its own) to
+/// be taken.
+pub const MARGIN: f64 = 0.05;
+/// A trial whose window moved fewer frames than this says nothing (a quiet ring: neither
+/// way matters).
+pub const MIN_FRAMES: u64 = 500;
+/// Polls between two looks at the clock (an idle poll costs tens of ns, a clock read ~25).
+const CHECK_EVERY: u32 = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The current way, until the cycle's trial starts.
+    Steady,
+    /// The current way, counted.
+    Before,
+    /// The other way, counted.
+    Trial,
+    /// The current way again, counted.
+    After,
+}
+
+/// One queue's choice, and the trial under way.
+#[derive(Debug)]
+pub struct Tuner {
+    /// Whether trials run ([`Mode::Auto`]).
+    auto: bool,
+    on: bool,
+    phase: Phase,
+    since: Option<Instant>,
+    frames: u64,
+    polls: u32,
+    /// Frames per second of the window before the trial, and of the trial.
+    before: f64,
+    trial: f64,
+    /// Times the queue changed its way.
+    switches: u64,
+}
+
+impl Default for Tuner {
+    fn default() -> Self {
+        Tuner::new(Mode::Auto)
+    }
+}
+
+impl Tuner {
+    pub fn new(mode: Mode) -> Tuner {
+        Tuner {
+            auto: mode == Mode::Auto,
+            on: mode == Mode::On,
+            phase: Phase::Steady,
+            since: None,
+            frames: 0,
+            polls: 0,
+            before: 0.0,
+            trial: 0.0,
+            switches: 0,
+        }
+    }
+
+    /// Whether this poll goes the other way (flushes, streams: the user's meaning).
+    #[inline(always)]
+    pub fn on(&self) -> bool {
+        self.on
+    }
+
+    /// How many times the queue changed its way.
+    pub fn switches(&self) -> u64 {
+        self.switches
+    }
+
+    /// Counts a poll (empty ones too: the clock is read every few polls) and the `frames` it
+    /// moved.
+    #[inline(always)]
+    pub fn polled(&mut self, frames: u16) {
+        self.frames += u64::from(frames);
+        self.polls += 1;
+        if self.auto && self.polls >= CHECK_EVERY {
+            self.polls = 0;
+            self.tick(Instant::now());
+        }
+    }
+
+    /// Moves the trial on when its phase is over at `now`.
+    #[inline(never)]
+    pub fn tick(&mut self, now: Instant) {
+        let Some(since) = self.since else {
+            self.since = Some(now);
+            self.frames = 0;
+            return;
+        };
+        let took = now.saturating_duration_since(since);
+        let length = match self.phase {
+            Phase::Steady => CYCLE.saturating_sub(WINDOW * 3),
+            _ => WINDOW,
+        };
+        if took < length {
+            return;
+        }
+        // A window overruns by up to a few polls: a rate, not a count, is compared.
+        let rate = self.frames as f64 / took.as_secs_f64();
+        let enough = self.frames >= MIN_FRAMES;
+        self.phase = match self.phase {
+            Phase::Steady => Phase::Before,
+            Phase::Before => {
+                self.before = if enough { rate } else { f64::NAN };
+                self.on = !self.on;
+                Phase::Trial
+            }
+            Phase::Trial => {
+                self.trial = if enough { rate } else { f64::NAN };
+                self.on = !self.on;
+                Phase::After
+            }
+            Phase::After => {
+                let own = (self.before + rate) / 2.0;
+                // NaN (a quiet window) compares false: the way stays.
+                if enough && self.trial > own * (1.0 + MARGIN) {
+                    self.on = !self.on;
+                    self.switches += 1;
+                }
+                Phase::Steady
+            }
+        };
+        self.since = Some(now);
+        self.frames = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the tuner for `ms` milliseconds of a ring that moves `with` frames per millisecond
+    /// while the tuner is on and `without` while it is off, polled every 10 us (clock read at
+    /// every tick: the test drives `tick` itself). Returns the share of the time spent on in
+    /// the last half.
+    fn run(t: &mut Tuner, start: &mut Instant, ms: u64, with: u64, without: u64) -> f64 {
+        let mut on = 0u64;
+        let steps = ms * 100;
+        for i in 0..steps {
+            let per_ms = if t.on() { with } else { without };
+            // 10 us of frames, added as whole frames on average.
+            t.frames += per_ms / 100;
+            *start += Duration::from_micros(10);
+            t.tick(*start);
+            if i >= steps / 2 && t.on() {
+                on += 1;
+            }
+        }
+        on as f64 / (steps - steps / 2) as f64
+    }
+
+    #[test]
+    fn takes_the_way_that_moves_more_frames_and_follows_a_change() {
+        let mut t = Tuner::default();
+        let mut now = Instant::now();
+        // The other way doubles the rate (the slow state): the queue takes it but for its
+        // trials.
+        let share = run(&mut t, &mut now, 1000, 10_000, 5_000);
+        assert!(share > 0.9, "on {share} of the time");
+        assert_eq!(t.switches(), 1);
+        // Now it costs 20%: the queue goes back.
+        let share = run(&mut t, &mut now, 1000, 14_000, 17_500);
+        assert!(share < 0.1, "on {share} of the time");
+        assert_eq!(t.switches(), 2);
+    }
+
+    #[test]
+    fn keeps_its_way_when_both_move_the_same_or_the_ring_is_quiet() {
+        let mut t = Tuner::default();
+        let mut now = Instant::now();
+        let share = run(&mut t, &mut now, 2000, 10_000, 10_200);
+        assert!(share < 0.1, "on {share} of the time");
+        // A gain below the margin is not taken either.
+        let share = run(&mut t, &mut now, 2000, 10_300, 10_000);
+        assert!(share < 0.1, "on {share} of the time");
+        // Too few frames to judge, though the other way would double them.
+        let share = run(&mut t, &mut now, 2000, 200, 100);
+        assert!(share < 0.1, "on {share} of the time");
+        assert_eq!(t.switches(), 0);
+    }
+
+    #[test]
+    fn on_and_off_never_try_the_other_way() {
+        for (mode, on) in [(Mode::On, true), (Mode::Off, false)] {
+            let mut t = Tuner::new(mode);
+            let end = Instant::now() + CYCLE * 2;
+            while Instant::now() < end {
+                t.polled(32);
+                assert_eq!(t.on(), on, "{mode}");
+            }
+            assert_eq!(t.switches(), 0);
+        }
+        assert_eq!("auto".parse(), Ok(Mode::Auto));
+        assert_eq!("on".parse(), Ok(Mode::On));
+        assert_eq!("0".parse(), Ok(Mode::Off));
+        assert_eq!(
+            "sometimes".parse::<Mode>(),
+            Err("expected auto, on or off".to_string())
+        );
+    }
+
+    #[test]
+    fn polls_read_the_clock_and_run_trials() {
+        let mut t = Tuner::default();
+        let end = Instant::now() + CYCLE * 3;
+        let mut tried = false;
+        while Instant::now() < end {
+            t.polled(32);
+            tried |= t.on();
+        }
+        // Every cycle tries the other way for a window.
+        assert!(tried);
+    }
+}
