@@ -250,12 +250,15 @@ fn poll_packed_round_trips_through_virtio_user_macswap_are_clean() {
             return;
         };
         let streamed = j["ports"][0]["xstats"]["tx_streamed_packets"].as_u64();
-        let want = if stream == "on" {
-            n(&j, "tx_packets")
+        let sent = n(&j, "tx_packets");
+        if stream == "on" {
+            // Every frame a batch places is streamed; one the one-frame path writes (a chain
+            // the guest posted just after a batch found the ring empty) is not.
+            let streamed = streamed.expect("tx_streamed_packets");
+            assert!(streamed <= sent && streamed * 10 >= sent * 9, "{tag}: {j}");
         } else {
-            0
-        };
-        assert_eq!(streamed, Some(want), "{tag}: {j}");
+            assert_eq!(streamed, Some(0), "{tag}: {j}");
+        }
     }
     round_trip(
         "vupkplain",

@@ -14,10 +14,11 @@ pub struct QueueStats {
     pub errors: u64,
     /// Receives that stopped because the pool had no buffer (DPDK's `rx_nombuf`).
     pub nombuf: u64,
-    /// Frames the queue's [`Tuner`](crate::tuner::Tuner) moved its other way: received frames
-    /// whose lines an rx queue flushed from our caches once it had copied them
-    /// ([`FlushTuner`](crate::flush::FlushTuner)), short frames a vhost tx queue wrote into the
-    /// guest's buffers with streaming stores; 0 for queues without a tuner.
+    /// Frames moved the way a [`Tuner`](crate::tuner::Tuner) chooses: received frames whose
+    /// lines an rx queue flushed from our caches once it had copied them
+    /// ([`FlushTuner`](crate::flush::FlushTuner)); short frames a vhost tx queue wrote into the
+    /// guest's buffers with streaming stores (a split ring's always, a packed ring's while its
+    /// tuner streams). 0 for queues that do neither.
     pub tuned: u64,
     /// Times the queue's tuner changed its way.
     pub tuner_switches: u64,

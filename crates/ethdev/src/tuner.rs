@@ -127,9 +127,12 @@ impl Tuner {
     /// moved.
     #[inline(always)]
     pub fn polled(&mut self, frames: u16) {
+        if !self.auto {
+            return;
+        }
         self.frames += u64::from(frames);
         self.polls += 1;
-        if self.auto && self.polls >= CHECK_EVERY {
+        if self.polls >= CHECK_EVERY {
             self.polls = 0;
             self.tick(Instant::now());
         }
@@ -151,9 +154,12 @@ impl Tuner {
         if took < length {
             return;
         }
-        // A window overruns by up to a few polls: a rate, not a count, is compared.
+        // A window overruns by up to a few polls: a rate, not a count, is compared. One
+        // that ran on for twice its length had a pause in it (no polls while traffic stopped:
+        // a forwarding loop sends nothing when it received nothing), and its rate is the
+        // pause's, not the way's: it says nothing, as a quiet window.
         let rate = self.frames as f64 / took.as_secs_f64();
-        let enough = self.frames >= MIN_FRAMES;
+        let enough = self.frames >= MIN_FRAMES && took <= length * 2;
         self.phase = match self.phase {
             Phase::Steady => Phase::Before,
             Phase::Before => {
@@ -233,6 +239,34 @@ mod tests {
         let share = run(&mut t, &mut now, 2000, 200, 100);
         assert!(share < 0.1, "on {share} of the time");
         assert_eq!(t.switches(), 0);
+    }
+
+    /// A window that spans a pause in traffic (no polls, then a burst of frames) is no
+    /// measurement: its rate would be the pause's, and the trial would win against it.
+    #[test]
+    fn a_window_that_spans_a_pause_decides_nothing() {
+        for stalled in [Phase::Before, Phase::After] {
+            let mut t = Tuner::default();
+            let mut now = Instant::now();
+            t.tick(now);
+            // The clock starts; then through the steady part of the cycle at 10 frames/us
+            // either way.
+            let mut step = |t: &mut Tuner, us: u64, frames: u64| {
+                t.frames += frames;
+                now += Duration::from_micros(us);
+                t.tick(now);
+            };
+            while t.phase != stalled {
+                step(&mut t, 10, 100);
+            }
+            let (on, switches) = (t.on(), t.switches());
+            // The stalled window: 50 ms without a poll, then 600 frames.
+            step(&mut t, 50_000, 600);
+            while t.phase != Phase::Steady {
+                step(&mut t, 10, 100);
+            }
+            assert_eq!((t.on(), t.switches()), (on, switches), "{stalled:?}");
+        }
     }
 
     #[test]

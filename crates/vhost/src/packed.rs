@@ -191,7 +191,9 @@ impl PackedRing {
         for e in &u.shadow[..u.n] {
             if Some(e.slot) != head {
                 // Release: pairs with the driver's read barrier after it sees a used slot; the
-                // entry's id and length, and the bytes written into its buffers, come first.
+                // entry's id and length, and the plain stores into its buffers, come first.
+                // Streamed frames are fenced before the burst's head flag, which the driver
+                // reads before it looks at this slot.
                 m.u16(self.slot_off(e.slot) + 14).store(e.flags, Release);
             }
         }

@@ -909,7 +909,7 @@ const PREFETCH_WRITE_MAX: usize = 1024 + 12;
 /// queue's tuner streams; [`stream_frame`] still falls back when the buffer is short).
 #[inline(always)]
 fn streamed_bytes(m: &Mbuf, max: usize) -> Option<&[u8]> {
-    m.frame_slice().filter(|s| s.len() <= max)
+    m.frame_slice().filter(|s| max > 0 && s.len() <= max)
 }
 
 /// Writes a frame's bytes (`src`, [`streamed_bytes`]) after its header in the chain's first
