@@ -578,7 +578,28 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, len: usize) 
 
 /// Frames up to this length are prefetched whole when their chain is taken (a batch of
 /// [`DEQ_BATCH`] chains, so every line of the batch's frames is on its way before the first
-/// copy starts); longer ones get their first line only. With
+/// copy starts); longer ones get their first line only, and the hardware prefetcher follows
+/// their copies.
+///
+/// 448 since session 31; it was 1024. The whole batch's lines asked for at once (64 at 512 B)
+/// had come to cost more than they saved from 512 B on: perf of packed 512 B put 17% of
+/// `rx_burst` on the prefetch loop itself (the fill buffers full) beside 17% in the copy. In-
+/// process flip (virtio-user txonly -> our rxonly, one lcore each, B/A of adjacent 1-s windows
+/// p20/p50/p80, B = first line only above 256 B, A = whole up to 1024 B; Mpps of A's windows):
+///
+/// ```text
+///   packed  512 B  1.01/1.04/1.05 (9.1)  1.02/1.06/1.06 (16.2, fast)  0.95/1.01/1.16
+///                  1.00/1.11/1.13 (7.1)  0.98/1.05/1.11 (8.4)  1.04/1.07/1.11 (14.2)
+///                  1.02/1.06/1.12 (8.4)
+///   split   512 B  0.97/1.03/1.11  1.01/1.03/1.10  0.99/1.02/1.11
+///   packed  640 B  1.09/1.11/1.16    768 B  1.06/1.13/1.17    1024 B  1.08/1.11/1.14
+///   split   768 B  1.01/1.06/1.12   1024 B  1.05/1.15/1.17
+///   packed  448 B  0.99/1.00/1.02    384 B  0.91/0.92/0.94 (lost: whole kept up to here)
+///   split   448 B  1.01/1.05/1.06    384 B  0.99/1.04/1.10
+///   packed 1518 B  0.99/1.00/1.02 (the same code path: the noise)
+/// ```
+///
+/// Earlier measurements that set it (before the lcore caches and the flush tuner): with
 /// only the first line, a 512-B copy waited for the other seven in turn: our backend stayed at
 /// 10-11 Mpps where DPDK's reached 18 (perf: 39% of rx_burst on the store after the copy).
 /// A/B in one sitting (virtio-user txonly -> our rxonly, 3 rounds alternating, Mpps
@@ -595,20 +616,6 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, len: usize) 
 /// 7.55 / 7.58, split 8.10 / 7.56. Every prefetch of the dequeue path to L2 instead lost at
 /// 1518 B (packed 7.52 / 6.81, split 7.88 / 7.62).
 ///
-/// With the rest in L2, frames up to 1024 B are fetched whole too: at 512 it was 512 B, and
-/// frames of 513-1023 B got only their first line (the copy loop's prefetch began at 1024),
-/// so a 640-B frame went at 9 Mpps where a 512-B one went at 15. A/B in one sitting (2
-/// rounds, p20/p50/p80, 512 / 1024; both with the copy loop's prefetch for every frame not
-/// fetched whole): split 640 B 8.61/9.05/9.24 / 9.97/10.03/10.10, 768 B 8.61/8.97/9.12 /
-/// 9.17/9.21/9.26, 1024 B 7.85/7.97/8.03 / 7.91/7.98/8.20; packed 640 B 8.82/9.05/9.08 /
-/// 9.39/9.78/10.00, 768 B 8.68/8.75/8.78 / 9.10/9.21/9.29, 1024 B 7.84/7.94/8.26 /
-/// 8.04/8.13/8.21. (Starting the copy loop's prefetch above 512 instead of 1024, alone: 640 B
-/// level, 768 B split 8.31 -> 8.70, packed 7.71 -> 8.35.) Lost: fetching a batch whole only
-/// up to 4200 bytes ahead and the rest of it in the copy loop (split 640 B 10.07 -> 8.81,
-/// packed 9.57 -> 8.43, 1024 B 8.08 -> 7.69 / 8.03 -> 7.61). Frames past this length still
-/// go at fewer lines per second than 1518-B ones (perf at 768 B: 29% of rx_burst on the
-/// prefetch loop itself, the fill buffers full).
-///
 /// Longer frames get nothing more from us: the copy loop used to prefetch the next frame's
 /// first 448 bytes while it copied one (then: split 1518 B 5.84 -> 7.17 Mpps at p50, packed
 /// 6.05 -> 6.34), but since the lcore caches (a receiver's destinations hot) it only took fill
@@ -617,7 +624,7 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, len: usize) 
 /// fast state 1.01/1.02/1.03 (14.77 -> 15.00), slow 1.04/1.07/1.09 (9.60 -> 10.27), and in
 /// two more runs 1.01/1.03/1.07, 1.04/1.06/1.08; split 1518 B fast 1.03/1.03/1.05 (15.45 ->
 /// 15.95), slow 1.03/1.03/1.03; 1280 B split 0.97/1.04/1.06, packed 1.04/1.06/1.13.
-const PREFETCH_WHOLE: usize = 1024;
+const PREFETCH_WHOLE: usize = 448;
 
 /// Whether a tx chain of `total` bytes (its header included) has its frame prefetched whole
 /// when it is taken ([`PREFETCH_WHOLE`]); a longer one's first line only.
