@@ -252,6 +252,14 @@ impl Vring for PackedRing {
     /// 1.00/1.00/1.00, 0.97/0.99/1.03, 1.00/1.00/1.02, and the first tuned second after a
     /// plain one at 5.0-5.2 ran at 12.6-13.9.
     const STREAM_TUNED: usize = 128;
+    /// Four lines. In-process flip (virtio-user txonly -> our rxonly, B/A of adjacent 1-s
+    /// windows p20/p50/p80, B = four lines, A = the first only; Mpps of A's windows): 512 B
+    /// 1.01/1.07/1.13 (13.2), 1.10/1.12/1.12 (9.4); 768 B 1.02/1.07/1.12; 1024 B
+    /// 1.18/1.20/1.21; 1518 B 1.07/1.09/1.14 (7.5), 1.09/1.11/1.12 (7.7). Against four (B/A):
+    /// two lines 512 B 1.00/1.03/1.05 and 0.95/1.03/1.07, 1024 B 0.97/1.02/1.08, 1518 B
+    /// 0.91/0.97/1.05 and 0.93/0.96/1.00; three 512 B 0.98/1.00/1.08, 1518 B 0.94/1.00/1.03;
+    /// six 512 B 0.92/0.97/1.04, 1518 B 0.89/0.95/0.98; eight 1518 B 0.87/0.92/0.95.
+    const DEQ_FETCH_LONG: usize = 256;
     type Cursor = PackedCursor;
     type Used = PackedUsed;
 

@@ -407,12 +407,16 @@ fn dequeue<V: Vring>(
                 r.put_used(&mut used, chain, 0);
             }
             taken += 1;
-            // A short frame is fetched whole, a long one's first line (the hardware
+            // A short frame is fetched whole, a long one's first lines (the hardware
             // prefetcher follows its copy).
             let fetch = match walked {
-                Ok(total) if fetched_whole(total, c.hdr_len) => {
-                    (total as usize).saturating_sub(c.hdr_len)
-                }
+                Ok(total) => (total as usize).saturating_sub(c.hdr_len).min(
+                    if fetched_whole(total, c.hdr_len) {
+                        PREFETCH_WHOLE
+                    } else {
+                        V::DEQ_FETCH_LONG
+                    },
+                ),
                 _ => 1,
             };
             prefetch_frame(&c.mem, &s.batch[start..], c.hdr_len, fetch);
@@ -507,7 +511,7 @@ fn idle_pause() {
 }
 
 /// Chains a dequeue burst takes before it copies their frames: each walked and its frame
-/// prefetched (the first line, or all of a short frame: [`PREFETCH_WHOLE`]), so the misses
+/// prefetched (its first lines, or all of a short frame: [`PREFETCH_WHOLE`]), so the misses
 /// on the guest's buffers (lines its driver has just written, on the other core) overlap
 /// instead of each copy waiting for its own. One chain at a time, a frame cost one full miss
 /// whatever its size: in the slow state of this machine about 5.5 Mpps at 64, 512 and 1518 B
@@ -578,7 +582,8 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, len: usize) 
 
 /// Frames up to this length are prefetched whole when their chain is taken (a batch of
 /// [`DEQ_BATCH`] chains, so every line of the batch's frames is on its way before the first
-/// copy starts); longer ones get their first line only, and the hardware prefetcher follows
+/// copy starts); longer ones get their first [`Vring::DEQ_FETCH_LONG`] bytes (the packed
+/// ring's first four lines, the split ring's first), and the hardware prefetcher follows
 /// their copies.
 ///
 /// 448 since session 31; it was 1024. The whole batch's lines asked for at once (64 at 512 B)
@@ -627,7 +632,8 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, len: usize) 
 const PREFETCH_WHOLE: usize = 448;
 
 /// Whether a tx chain of `total` bytes (its header included) has its frame prefetched whole
-/// when it is taken ([`PREFETCH_WHOLE`]); a longer one's first line only.
+/// when it is taken ([`PREFETCH_WHOLE`]); a longer one's first [`Vring::DEQ_FETCH_LONG`]
+/// bytes.
 #[inline(always)]
 fn fetched_whole(total: u32, hdr_len: usize) -> bool {
     total as usize <= hdr_len + PREFETCH_WHOLE

@@ -126,6 +126,10 @@ pub trait Vring {
     /// tuner finds that this moves more frames (`memnic_ethdev::tuner`); at most
     /// [`Vring::STREAM_MAX`] for none. Each ring measured its own (see the impls).
     const STREAM_TUNED: usize;
+    /// Bytes of a dequeued frame longer than the whole-frame prefetch (`PREFETCH_WHOLE` in
+    /// `queue`) asked for when its chain is taken: its first line to L1, the rest to L2. Each
+    /// ring measured its own (see the impls).
+    const DEQ_FETCH_LONG: usize;
 
     /// Where the next available chain is.
     type Cursor: Copy;
