@@ -260,6 +260,15 @@ impl Vring for PackedRing {
     /// 0.91/0.97/1.05 and 0.93/0.96/1.00; three 512 B 0.98/1.00/1.08, 1518 B 0.94/1.00/1.03;
     /// six 512 B 0.92/0.97/1.04, 1518 B 0.89/0.95/0.98; eight 1518 B 0.87/0.92/0.95.
     const DEQ_FETCH_LONG: usize = 256;
+    /// Six lines: 1024 bytes left 512-640-B frames at 6-8 Mpps in this machine's slow state,
+    /// slower per frame than 768-1024-B ones (the cause is not known). In-process flip (our
+    /// txonly -> virtio-user rxonly, B/A of adjacent 1-s windows p20/p50/p80, B = 384 bytes,
+    /// A = 1024; Mpps of A's windows): 512 B 1.06/1.23/1.53 (slow 6.2-7.1 -> 9.4-10.8, fast
+    /// 12.3-13.7 level), 640 B 1.22/1.24/1.28 (8.1), 768 B 0.98/1.00/1.01, 1024 B
+    /// 0.96/0.98/1.02, 1518 B 0.96/0.99/1.04. Four lines (268 bytes with the header): 512 B
+    /// 1.30/1.37/1.45 and 1.11/1.36/1.44 (the fast windows level), 640 B 1.05/1.12/1.14, but
+    /// 384 B 0.93/0.94/0.96, 768 B 0.91/0.92/0.95, 1024 B 0.87/0.90/0.90.
+    const ENQ_FETCH: usize = 384;
     type Cursor = PackedCursor;
     type Used = PackedUsed;
 

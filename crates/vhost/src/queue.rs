@@ -820,7 +820,7 @@ fn enqueue<V: Vring>(
             // only pulled them over from the frontend; A/B not asked/asked, split 64 B
             // 0.95/1.09/1.23, 128 B 1.06/1.14/1.25).
             if streamed_bytes(&pkts[sent + nb], stream_max).is_none() {
-                prefetch_pieces(&c.mem, &s.batch[start..], c.hdr_len, need);
+                prefetch_pieces(&c.mem, &s.batch[start..], c.hdr_len, need, V::ENQ_FETCH);
             }
             placed[nb] = (chain, start as u32, s.batch.len() as u32);
             nb += 1;
@@ -890,14 +890,15 @@ fn enqueue<V: Vring>(
 }
 
 /// Prefetches for writing the lines of a chain's first buffer that the frame's `need` bytes
-/// (header included) will fill, up to [`PREFETCH_WRITE_MAX`] bytes, from the line where the
+/// (header included) will fill, up to the header and `max` bytes of the frame
+/// ([`Vring::ENQ_FETCH`]), from the line where the
 /// frame starts: the header's own line is usually left as it is ([`write_header`]), and
 /// taking it for writing would undo that.
 #[inline(always)]
-fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize) {
+fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize, max: usize) {
     if let Some(p) = pieces.first() {
         let map = mem.map(p.region);
-        let end = p.off + need.min(p.len).min(PREFETCH_WRITE_MAX);
+        let end = p.off + need.min(p.len).min(hdr_len + max);
         let mut at = (p.off + hdr_len.min(p.len)) & !63;
         while at < end {
             map.prefetch_write(at);
@@ -905,17 +906,6 @@ fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize
         }
     }
 }
-
-/// How much of a guest rx buffer an enqueue batch prefetches for writing before it copies: a
-/// 1024-B frame and its header. The first two lines only (the hardware prefetcher was to
-/// follow), a 512-B copy's stores waited for the other lines one after another. A/B in one
-/// sitting (our txonly -> virtio-user rxonly, 3 rounds alternating, Mpps p20/p50/p80, two
-/// lines / up to 1036 bytes): packed 512 B 9.20/9.88/9.99 / 13.71/14.60/15.60, split 512 B
-/// 10.27/10.39/10.48 / 15.43/15.54/17.03; 1518 B level (packed 10.22 / 10.18, split 11.06 /
-/// 11.00 at p50), 64 B level (two more rounds: packed 19.05 / 18.98, split 19.81 / 20.84). At
-/// 1024-B frames (2 rounds, single runs) 11.5-12.1 -> 12.9-13.3 split, 10.9-11.2 -> 12.3-12.5
-/// packed; the whole of a 1518-B frame was level with this.
-const PREFETCH_WRITE_MAX: usize = 1024 + 12;
 
 /// The bytes an enqueue batch writes with streaming stores: a one-segment frame of private
 /// memory, up to `max` bytes ([`Vring::STREAM_MAX`], or [`Vring::STREAM_TUNED`] while the

@@ -130,6 +130,17 @@ pub trait Vring {
     /// `queue`) asked for when its chain is taken: its first line to L1, the rest to L2. Each
     /// ring measured its own (see the impls).
     const DEQ_FETCH_LONG: usize;
+    /// Bytes of a frame (after its header) whose lines in the guest's buffer an enqueue batch
+    /// asks for in exclusive state before it copies; the frame's first two lines only (the
+    /// hardware prefetcher was to follow) left a 512-B copy's stores waiting for the other
+    /// lines one after another. A/B in one sitting (our txonly -> virtio-user rxonly, 3 rounds
+    /// alternating, Mpps p20/p50/p80, two lines / up to 1024 bytes): packed 512 B
+    /// 9.20/9.88/9.99 / 13.71/14.60/15.60, split 512 B 10.27/10.39/10.48 / 15.43/15.54/17.03;
+    /// 1518 B level (packed 10.22 / 10.18, split 11.06 / 11.00 at p50), 64 B level. At
+    /// 1024-B frames (2 rounds, single runs) 11.5-12.1 -> 12.9-13.3 split, 10.9-11.2 -> 12.3-12.5
+    /// packed; the whole of a 1518-B frame was level. Each ring measured its own since (see
+    /// the impls).
+    const ENQ_FETCH: usize;
 
     /// Where the next available chain is.
     type Cursor: Copy;
