@@ -212,10 +212,11 @@ impl Vring for SplitRing {
     const STREAM_MAX: usize = 128;
     /// None past those: they always stream.
     const STREAM_TUNED: usize = 0;
-    /// The first line: four, as the packed ring takes, lost here (in-process flip as for the
+    /// The line of the frame's first byte only (as before, also where the frame starts
+    /// mid-line): four lines, as the packed ring takes, lost here (in-process flip as for the
     /// packed ring's, four lines / one, p20/p50/p80: 512 B 0.96/0.98/1.00, 768 B
     /// 0.95/0.98/1.00, 1024 B 0.95/0.97/1.00, 1518 B 0.98/0.99/1.00).
-    const DEQ_FETCH_LONG: usize = 64;
+    const DEQ_FETCH_LONG: usize = 1;
     /// 1024 bytes: the packed ring's six lines were level to behind here (in-process flip as
     /// for the packed ring's, 384 / 1024 bytes: 512 B 0.98/0.99/0.99, 640 B 0.95/0.98/1.00,
     /// 1518 B 0.96/0.99/1.00; four lines 512 B 0.92/0.99/1.01, 1518 B 0.85/0.88/1.01).
