@@ -410,13 +410,10 @@ fn dequeue<V: Vring>(
             // A short frame is fetched whole, a long one's first lines (the hardware
             // prefetcher follows its copy).
             let fetch = match walked {
-                Ok(total) => (total as usize).saturating_sub(c.hdr_len).min(
-                    if fetched_whole(total, c.hdr_len) {
-                        PREFETCH_WHOLE
-                    } else {
-                        V::DEQ_FETCH_LONG
-                    },
-                ),
+                Ok(total) => match (total as usize).saturating_sub(c.hdr_len) {
+                    frame if frame <= PREFETCH_WHOLE => frame,
+                    _ => V::DEQ_FETCH_LONG,
+                },
                 _ => 1,
             };
             prefetch_frame(&c.mem, &s.batch[start..], c.hdr_len, fetch);
@@ -630,14 +627,6 @@ fn prefetch_frame(mem: &MemTable, pieces: &[Piece], hdr_len: usize, len: usize) 
 /// two more runs 1.01/1.03/1.07, 1.04/1.06/1.08; split 1518 B fast 1.03/1.03/1.05 (15.45 ->
 /// 15.95), slow 1.03/1.03/1.03; 1280 B split 0.97/1.04/1.06, packed 1.04/1.06/1.13.
 const PREFETCH_WHOLE: usize = 448;
-
-/// Whether a tx chain of `total` bytes (its header included) has its frame prefetched whole
-/// when it is taken ([`PREFETCH_WHOLE`]); a longer one's first [`Vring::DEQ_FETCH_LONG`]
-/// bytes.
-#[inline(always)]
-fn fetched_whole(total: u32, hdr_len: usize) -> bool {
-    total as usize <= hdr_len + PREFETCH_WHOLE
-}
 
 /// Copies a tx chain's frame (after its virtio-net header) into `m`.
 #[inline(always)]
