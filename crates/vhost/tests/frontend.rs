@@ -363,3 +363,39 @@ fn guest_mappings(g: &Guest) -> usize {
         .filter(|l| l.split_whitespace().nth(4) == Some(ino.as_str()))
         .count()
 }
+
+/// A burst takes a batch's buffers at once (eight) and gives back those no chain took: with a
+/// pool of exactly eight, three frames and then eight arrive, which a spare kept would forbid.
+#[test]
+fn buffers_a_short_burst_did_not_use_go_back_to_the_pool() {
+    let mut tp = TestPort::new("fe7", |_| {});
+    let path = tp.path.clone();
+    let port = &mut tp.port;
+    let pool = memnic_test_support::pool("fe7", 8, 2048);
+    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
+    let g = Guest::new();
+    let kick = EventFd::new(0).unwrap();
+    let f = frontend(&path, &g, &kick, false);
+    let mut next = 0u16;
+    for round in [3u16, 8] {
+        for _ in 0..round {
+            let (a, l) = g.frame(next as u64, 60 + next as usize, next as u8);
+            g.desc(next % Q, d(a, l, 0, 0));
+            g.offer(next, next % Q);
+            next += 1;
+        }
+        let mut got = Vec::new();
+        poll(&mut *rxq, &mut got, "a round's frames", |v| {
+            v.len() == round as usize
+        });
+        let first = next - round;
+        for (k, m) in got.iter().enumerate() {
+            let i = first + k as u16;
+            assert_eq!(m.to_vec(), vec![i as u8; 60 + i as usize], "frame {i}");
+        }
+    }
+    assert_eq!(g.used_idx(), next);
+    drop(f);
+    drop(rxq);
+    drop(tp);
+}
