@@ -416,6 +416,10 @@ impl Vring for PackedRing {
         need_event(off, new_idx, old_idx)
     }
 
+    fn calls_off(&self, _event_idx: bool) -> bool {
+        self.driver_event().1 == EVENT_F_DISABLE
+    }
+
     fn disable_kicks(&self) {
         self.set_device_flags(EVENT_F_DISABLE);
     }

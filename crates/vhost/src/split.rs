@@ -298,6 +298,10 @@ impl Vring for SplitRing {
         }
     }
 
+    fn calls_off(&self, event_idx: bool) -> bool {
+        !event_idx && self.avail_flags() & AVAIL_F_NO_INTERRUPT != 0
+    }
+
     fn disable_kicks(&self) {
         self.set_used_flags(USED_F_NO_NOTIFY);
     }

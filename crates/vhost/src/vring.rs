@@ -174,6 +174,10 @@ pub trait Vring {
     /// After `publish` and `notify_fence`: whether the driver wants a call for the used
     /// position moving from `old` to `new`.
     fn wants_call(&self, old: u16, new: u16, event_idx: bool) -> bool;
+    /// Whether the driver turned every call off (packed: DISABLE; split without EVENT_IDX:
+    /// NO_INTERRUPT; never with EVENT_IDX, whose split ring has no such state). Relaxed: a
+    /// look before or after `notify_fence`, as the caller needs.
+    fn calls_off(&self, event_idx: bool) -> bool;
     /// Asks the driver not to kick (we poll).
     fn disable_kicks(&self);
     /// Asks the driver to kick once it makes a chain available at `pos`.

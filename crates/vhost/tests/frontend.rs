@@ -8,6 +8,7 @@ mod common;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::Relaxed;
 
 use common::*;
 use memnic_ethdev::Port;
@@ -398,4 +399,77 @@ fn buffers_a_short_burst_did_not_use_go_back_to_the_pool() {
     drop(f);
     drop(rxq);
     drop(tp);
+}
+
+/// Whether the call eventfd was written since the last look (and clears it).
+fn called(call: &EventFd) -> bool {
+    call.read().is_ok()
+}
+
+/// A dequeue that publishes while the driver has every call off does not look again at once
+/// (no fence): it leaves the look to its next poll, which calls the driver if it turned calls
+/// on meanwhile, and only once. Both layouts: packed (driver event flags DISABLE) and split
+/// without EVENT_IDX (avail.flags NO_INTERRUPT).
+#[test]
+fn a_call_skipped_while_calls_were_off_is_made_at_the_next_poll_once_they_are_on() {
+    for packed in [true, false] {
+        let tag = if packed { "fe8p" } else { "fe8s" };
+        let mut tp = TestPort::new(tag, |_| {});
+        let path = tp.path.clone();
+        let port = &mut tp.port;
+        let pool = memnic_test_support::pool(tag, 64, 2048);
+        let mut rxq = port.take_rx_queue(0, &pool).unwrap();
+        let g = Guest::new();
+        let kick = EventFd::new(0).unwrap();
+        let setup = Setup {
+            reply_ack: false,
+            features: if packed { RING_PACKED } else { 0 },
+            vqs: vec![TXQ],
+            base: if packed { PACKED_START } else { 0 },
+        };
+        let f = connect(&path, &g, &kick, &setup);
+        let call = EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK).unwrap();
+        f.set_vring_call(1, &call).unwrap();
+        // Both layouts keep the driver's switch in the u16 at avail + 2 (packed: the driver
+        // event flags) or avail + 0 (split: avail.flags); 1 turns calls off in either.
+        let switch = TXQ.avail as usize + if packed { 2 } else { 0 };
+        let calls = |on: bool| g.mem.u16(switch).store(u16::from(!on), Relaxed);
+        let mut drv = PackedDriver::new(TXQ);
+        let mut sent = 0u16;
+        let mut send = |g: &Guest| {
+            let (a, l) = g.frame(sent as u64, 60, sent as u8);
+            if packed {
+                drv.post(g, sent, &[(a, l, 0)]);
+            } else {
+                g.desc(sent % Q, d(a, l, 0, 0));
+                g.offer(sent, sent % Q);
+            }
+            sent += 1;
+        };
+        let mut got = Vec::new();
+        let what = if packed { "packed" } else { "split" };
+
+        calls(false);
+        send(&g);
+        poll(&mut *rxq, &mut got, "a frame with calls off", |v| {
+            v.len() == 1
+        });
+        rxq.rx_burst(&mut got, 32);
+        assert!(!called(&call), "{what}: no call while calls are off");
+        send(&g);
+        poll(&mut *rxq, &mut got, "a second frame", |v| v.len() == 2);
+        calls(true);
+        rxq.rx_burst(&mut got, 32);
+        assert!(called(&call), "{what}: the next (empty) poll calls");
+        rxq.rx_burst(&mut got, 32);
+        assert!(!called(&call), "{what}: once");
+        send(&g);
+        poll(&mut *rxq, &mut got, "a frame with calls on", |v| {
+            v.len() == 3
+        });
+        assert!(called(&call), "{what}: calls on, a burst calls");
+        drop(f);
+        drop(rxq);
+        drop(tp);
+    }
 }
