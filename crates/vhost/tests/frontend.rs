@@ -20,15 +20,42 @@ use vhost::VhostBackend;
 use vhost::VhostUserMemoryRegionInfo;
 use vmm_sys_util::eventfd::EventFd;
 
+/// A listening port with its rx queue taken over a pool of `bufs` buffers, and the guest's
+/// memory and kick eventfd for a frontend to set up.
+struct RxRig {
+    tp: TestPort,
+    pool: memnic_pktbuf::Mempool,
+    rxq: Box<dyn memnic_ethdev::RxQueue>,
+    g: Guest,
+    kick: EventFd,
+}
+
+impl RxRig {
+    fn new(tag: &str, bufs: u32) -> RxRig {
+        let mut tp = TestPort::new(tag, |_| {});
+        let pool = memnic_test_support::pool(tag, bufs, 2048);
+        let rxq = tp.port.take_rx_queue(0, &pool).unwrap();
+        RxRig {
+            tp,
+            pool,
+            rxq,
+            g: Guest::new(),
+            kick: EventFd::new(0).unwrap(),
+        }
+    }
+}
+
 #[test]
 fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
-    let mut tp = TestPort::new("fe", |_| {});
+    let RxRig {
+        mut tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+    } = RxRig::new("fe", 256);
     let path = tp.path.clone();
     let port = &mut tp.port;
-    let pool = memnic_test_support::pool("fe", 256, 2048);
-    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
     let f = frontend(&path, &g, &kick, false);
     let end = Instant::now() + Duration::from_secs(5);
     while !port.link().up {
@@ -115,13 +142,15 @@ fn a_hostile_guest_and_a_hostile_frontend_are_refused_and_the_next_is_served() {
 /// region arrives, and one across the seam of the two regions too.
 #[test]
 fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region() {
-    let mut tp = TestPort::new("fe2", |_| {});
+    let RxRig {
+        mut tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+    } = RxRig::new("fe2", 256);
     let path = tp.path.clone();
     let port = &mut tp.port;
-    let pool = memnic_test_support::pool("fe2", 256, 2048);
-    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
     let f = frontend(&path, &g, &kick, true);
     let mut got = Vec::new();
     let (a, l) = g.frame(0, 60, 1);
@@ -176,13 +205,15 @@ fn a_memory_table_replaced_while_running_keeps_the_ring_and_maps_the_new_region(
 /// as the new ring's start (it did: the queue then saw avail.idx jump and dropped the ring).
 #[test]
 fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
-    let mut tp = TestPort::new("fe3", |_| {});
+    let RxRig {
+        mut tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+    } = RxRig::new("fe3", 256);
     let path = tp.path.clone();
     let port = &mut tp.port;
-    let pool = memnic_test_support::pool("fe3", 256, 2048);
-    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
     let f = frontend(&path, &g, &kick, false);
     let mut got = Vec::new();
     for i in 0..3u16 {
@@ -219,13 +250,15 @@ fn a_ring_restarted_from_zero_starts_at_zero_even_before_the_queue_polls() {
 /// whole and in order.
 #[test]
 fn chains_left_without_a_buffer_stay_the_guests_until_buffers_are_freed() {
-    let mut tp = TestPort::new("fe5", |_| {});
+    let RxRig {
+        mut tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+    } = RxRig::new("fe5", 5);
     let path = tp.path.clone();
     let port = &mut tp.port;
-    let pool = memnic_test_support::pool("fe5", 5, 2048);
-    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
     let f = frontend(&path, &g, &kick, false);
     for i in 0..Q {
         let (a, l) = g.frame(i as u64, 60 + i as usize, i as u8);
@@ -326,12 +359,14 @@ fn set_vring_enable_before_set_features_is_accepted_and_acknowledged() {
 /// the connection ends. The queue, polled afterwards, finds no ring (and does not fault).
 #[test]
 fn a_departed_frontends_memory_is_let_go_without_a_burst() {
-    let mut tp = TestPort::new("fe-release", |_| {});
+    let RxRig {
+        tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+    } = RxRig::new("fe-release", 256);
     let path = tp.path.clone();
-    let pool = memnic_test_support::pool("fe-release", 256, 2048);
-    let mut rxq = tp.port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
     let f = frontend(&path, &g, &kick, false);
     wait_until("link up", || tp.port.link().up);
     // A frame moves, so the queue holds this frontend's ring and memory.
@@ -369,13 +404,14 @@ fn guest_mappings(g: &Guest) -> usize {
 /// pool of exactly eight, three frames and then eight arrive, which a spare kept would forbid.
 #[test]
 fn buffers_a_short_burst_did_not_use_go_back_to_the_pool() {
-    let mut tp = TestPort::new("fe7", |_| {});
+    let RxRig {
+        tp,
+        pool: _pool,
+        mut rxq,
+        g,
+        kick,
+    } = RxRig::new("fe7", 8);
     let path = tp.path.clone();
-    let port = &mut tp.port;
-    let pool = memnic_test_support::pool("fe7", 8, 2048);
-    let mut rxq = port.take_rx_queue(0, &pool).unwrap();
-    let g = Guest::new();
-    let kick = EventFd::new(0).unwrap();
     let f = frontend(&path, &g, &kick, false);
     let mut next = 0u16;
     for round in [3u16, 8] {
@@ -414,13 +450,14 @@ fn called(call: &EventFd) -> bool {
 fn a_call_skipped_while_calls_were_off_is_made_at_the_next_poll_once_they_are_on() {
     for packed in [true, false] {
         let tag = if packed { "fe8p" } else { "fe8s" };
-        let mut tp = TestPort::new(tag, |_| {});
+        let RxRig {
+            tp,
+            pool: _pool,
+            mut rxq,
+            g,
+            kick,
+        } = RxRig::new(tag, 64);
         let path = tp.path.clone();
-        let port = &mut tp.port;
-        let pool = memnic_test_support::pool(tag, 64, 2048);
-        let mut rxq = port.take_rx_queue(0, &pool).unwrap();
-        let g = Guest::new();
-        let kick = EventFd::new(0).unwrap();
         let setup = Setup {
             reply_ack: false,
             features: if packed { RING_PACKED } else { 0 },
