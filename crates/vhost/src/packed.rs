@@ -416,6 +416,7 @@ impl Vring for PackedRing {
         need_event(off, new_idx, old_idx)
     }
 
+    #[inline(always)]
     fn calls_off(&self, _event_idx: bool) -> bool {
         self.driver_event().1 == EVENT_F_DISABLE
     }

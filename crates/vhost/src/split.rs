@@ -298,6 +298,7 @@ impl Vring for SplitRing {
         }
     }
 
+    #[inline(always)]
     fn calls_off(&self, event_idx: bool) -> bool {
         !event_idx && self.avail_flags() & AVAIL_F_NO_INTERRUPT != 0
     }
