@@ -475,6 +475,11 @@ fn dequeue<V: Vring>(
         while pkts.len() > base + nb {
             s.cache.free(pkts.pop().expect("a spare buffer"));
         }
+        // The next batch's first lines, on their way while this batch's frames are copied
+        // (zero copy reads none).
+        if more && !(zc_on && s.zc.is_some()) {
+            r.prefetch_ahead(&c.mem, &cur, c.hdr_len, DEQ_BATCH as u16);
+        }
         // Copy the batch's frames.
         let mut dropped = 0u32;
         let flushing = s.flush.flush();

@@ -189,6 +189,15 @@ pub trait Vring {
     /// overlap this batch's copies). By default nothing (the split ring: not measured).
     #[inline(always)]
     fn prefetch_batch(&self, _cur: &Self::Cursor, _this: bool, _next: bool) {}
+    /// Asks for the line where the frame of each of the next `n` chains the driver has made
+    /// available past `cur` starts (`hdr_len` bytes into its first buffer), without taking
+    /// them: a dequeue batch does this before it copies its own frames, so the misses on the
+    /// next batch's first lines overlap these copies. A prefetch is a hint: a slot that is
+    /// not a chain's head, or an address in no region, costs a wasted line at worst. By
+    /// default nothing (the split ring, whose driver posts its buffers in address order:
+    /// not measured).
+    #[inline(always)]
+    fn prefetch_ahead(&self, _mem: &MemTable, _cur: &Self::Cursor, _hdr_len: usize, _n: u16) {}
 }
 
 /// A ring of either layout (VIRTIO_F_RING_PACKED says which).

@@ -314,6 +314,46 @@ fn a_packed_chain_wraps_the_ring_and_returns_its_last_slots_id() {
     assert_eq!(out[2].len, 300);
 }
 
+/// A dequeue batch's look at the next chains (`Vring::prefetch_ahead`) reads slots the guest
+/// may have filled with anything: from every position and wrap counter, asked for more slots
+/// than the ring has, over addresses outside guest memory or wrapping past the top, it never
+/// panics and writes nothing.
+#[test]
+fn looking_ahead_at_hostile_packed_slots_only_reads_them() {
+    let g = Guest::new();
+    let r = packed(&g);
+    let addrs = [
+        0,
+        u64::MAX - 5,
+        GPA - 1,
+        GPA + SIZE as u64 - 1,
+        GPA + SIZE as u64,
+        BUF,
+    ];
+    for (i, addr) in addrs.into_iter().enumerate() {
+        // Available to a device whose wrap counter is set; the fourth (NEXT set) ends nothing.
+        let next = if i == 3 { DESC_F_NEXT } else { 0 };
+        g.pdesc(i as u16, pd(addr, u32::MAX, i as u16, DESC_F_AVAIL | next));
+    }
+    let ring = |g: &Guest| {
+        let mut b = [0u8; 16 * 6];
+        g.mem.read_bytes((DESC - GPA) as usize, &mut b).unwrap();
+        b
+    };
+    let before = ring(&g);
+    for pos in 0..6u16 {
+        for wrap in [0, WRAP] {
+            let cur = r.cursor(pos | wrap).unwrap();
+            for n in [0, 1, 6, 7, u16::MAX] {
+                for hdr_len in [0, 12, usize::MAX] {
+                    r.prefetch_ahead(&g.table, &cur, hdr_len, n);
+                }
+            }
+        }
+    }
+    assert_eq!(ring(&g), before);
+}
+
 #[test]
 fn a_packed_chain_that_never_ends_breaks_the_ring() {
     let g = Guest::new();
