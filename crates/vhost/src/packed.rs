@@ -305,11 +305,10 @@ impl Vring for PackedRing {
 
     /// The slots past `cur` while they are available, each slot's buffer taken as a frame's
     /// first (it is, for the one-descriptor chains of DPDK's virtio PMD and Linux's
-    /// virtio-net). DPDK's virtio-user posts a packed ring's buffers in no order its
-    /// addresses follow (its tx mbufs come back from its cache reversed in runs: buffers 4 KB
-    /// apart, 288 of them scattered over 2.2 MB, where its split ring's follow one another
-    /// 4 KB down), so nothing but this asks for the next frames' lines before their copies
-    /// start. In-process flip (virtio-user txonly -> our rxonly, one lcore each, 2-s blocks,
+    /// virtio-net). DPDK's virtio-user posts a packed ring's tx buffers in no order their
+    /// addresses follow (288 buffers 4 KB apart, in runs broken by jumps over 2.2 MB, where
+    /// its split ring's follow one another 4 KB down; printed from a debug build), so nothing
+    /// but this asks for the next frames' lines before their copies start. In-process flip (virtio-user txonly -> our rxonly, one lcore each, 2-s blocks,
     /// B/A of each B block against its two A neighbours, B = the next eight frames' first
     /// lines; 12 runs of 40 s, blocks by the rate of their A neighbours): 1518 B slow state
     /// (A below 9 Mpps) 1.01/1.06/1.10 (n = 88), 9-11 Mpps 1.05/1.05/1.07 (n = 6), 11-13 Mpps
@@ -317,7 +316,8 @@ impl Vring for PackedRing {
     /// (7.3); 64 B 1.00/1.01/1.03 (10.0), 0.97/1.00/1.11 (11.2). Four frames instead of eight:
     /// 1518 B 1.04/1.09/1.11 slow (n = 16), 0.96/0.97/0.98 at 11-13 (n = 7); to L2 instead of
     /// L1: 0.99/1.04/1.09 slow (n = 30); only within a burst: 1.02/1.03/1.07 (n = 16); only
-    /// while the flush tuner flushes: 0.96/1.03/1.09 slow (n = 61), 1.00/1.00/1.03 at 9-13.
+    /// while the flush tuner flushes: 0.96/1.04/1.10 slow (n = 61), 0.99/1.01/1.05 at 9-13
+    /// Mpps (n = 18).
     #[inline(always)]
     fn prefetch_ahead(&self, mem: &MemTable, cur: &PackedCursor, hdr_len: usize, n: u16) {
         for k in 0..n.min(self.size) {
