@@ -5,6 +5,8 @@
 //! * [`vring`]: what the data path needs from a virtqueue, either layout.
 //! * [`split`] and [`packed`]: the two virtqueue layouts' areas in guest memory.
 //! * [`chain`]: walking a descriptor chain the guest wrote (bounded, indirect, checked).
+//! * [`notify`]: when to call the driver and when we may sleep for its kick (the steps the
+//!   loom model runs).
 //! * [`queue`]: the data path behind the burst API (copies both ways, batched used-ring
 //!   updates and calls).
 //! * [`zerocopy`]: dequeue zero copy, the guest's tx buffers handed up as external segments.
@@ -16,6 +18,7 @@
 pub mod chain;
 pub mod device;
 pub mod mem;
+pub mod notify;
 pub mod packed;
 pub mod port;
 pub mod queue;

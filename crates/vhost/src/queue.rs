@@ -19,8 +19,9 @@ use memnic_shm::unix::EventFd;
 
 use crate::chain::{ChainError, Dir, Piece};
 use crate::mem::MemTable;
+use crate::notify::{may_sleep, CallCheck};
 use crate::on_ring;
-use crate::vring::{notify_fence, Broken, Next, Ring, Vring, MAX_ENQ_BATCH};
+use crate::vring::{Broken, Next, OnGuest, Ring, Vring, MAX_ENQ_BATCH};
 use crate::zerocopy::{ZeroCopy, ZeroCopyConfig};
 
 /// What a virtqueue's poller needs while the ring runs.
@@ -104,7 +105,7 @@ struct State {
     stream: Tuner,
     /// Whether used entries went out without a look at whether the driver wants a call (see
     /// [`publish`]).
-    call_check_due: bool,
+    calls: CallCheck,
 }
 
 /// State of one queue in either direction.
@@ -129,7 +130,7 @@ impl Core {
                 batch: Vec::new(),
                 stats: QueueStats::default(),
                 idle_polls: 0,
-                call_check_due: false,
+                calls: CallCheck::default(),
                 zc: None,
                 flush: FlushTuner::default(),
                 stream: Tuner::default(),
@@ -200,19 +201,13 @@ impl Core {
     }
 }
 
-/// Publishes the burst's `entries` used entries and calls the guest if it wants it.
+/// Publishes the burst's `entries` used entries and calls the guest if it wants it (`defer`:
+/// see [`CallCheck::after_publish`]).
 ///
-/// With `defer` (dequeue, whose queue is polled again and again, empty or not), a burst whose
-/// unfenced look at the driver's suppression finds every call turned off (DPDK's virtio PMD
-/// polls with calls off) skips the fence and leaves the question to its next poll: the next
-/// burst that publishes, or the next empty one, fences and calls if the driver turned calls on
-/// meanwhile. The look may be stale only for a driver that turned calls on as we published and
-/// then missed our entries; it sleeps until that next poll, a loop later. Enqueue always
-/// fences: nothing promises a next `tx_burst`. In-process flip (virtio-user txonly -> our
-/// rxonly, 2-s blocks, B/A p20/p50/p80, B = deferred): packed 64 B 1.01/1.03/1.04,
-/// 1.00/1.02/1.03, 1.02/1.03/1.03; 512 B 1.01/1.01/1.02 (19.0 Mpps, fast); 1518 B
-/// 1.00/1.02/1.05, 1.04/1.06/1.06, 0.99/1.00/1.02; split level: 64 B 0.97/0.99/1.05, 512 B
-/// 0.98/1.01/1.03.
+/// Deferring the call check at dequeue, in-process flip (virtio-user txonly -> our rxonly, 2-s
+/// blocks, B/A p20/p50/p80, B = deferred): packed 64 B 1.01/1.03/1.04, 1.00/1.02/1.03,
+/// 1.02/1.03/1.03; 512 B 1.01/1.01/1.02 (19.0 Mpps, fast); 1518 B 1.00/1.02/1.05,
+/// 1.04/1.06/1.06, 0.99/1.00/1.02; split level: 64 B 0.97/0.99/1.05, 512 B 0.98/1.01/1.03.
 #[inline(always)]
 fn publish<V: Vring>(
     r: &V,
@@ -226,26 +221,17 @@ fn publish<V: Vring>(
     if entries > 0 {
         r.publish(&mut used);
         s.used = V::used_pos(&used);
-    } else if !s.call_check_due {
-        return;
     }
     let Some(call) = &c.call else {
         return;
     };
-    if defer && entries > 0 && r.calls_off(c.event_idx) {
-        s.call_check_due = true;
-        return;
-    }
-    notify_fence();
-    let wants = if s.call_check_due {
-        // Some of the entries since the last check went out unchecked: the driver gets a call
-        // if it takes any (one more than it asked for at worst).
-        !r.calls_off(c.event_idx)
-    } else {
-        r.wants_call(old, s.used, c.event_idx)
+    let words = OnGuest {
+        ring: r,
+        event_idx: c.event_idx,
     };
-    s.call_check_due = false;
-    if wants {
+    if s.calls
+        .after_publish(&words, entries > 0, defer, old, s.used)
+    {
         let _ = call.notify();
     }
 }
@@ -318,12 +304,8 @@ impl RxQueue for VhostRxQueue {
             _ => timeout,
         };
         on_ring!(&c.ring, r => {
-            r.enable_kicks(at, c.event_idx);
-            // Our request before we look at the ring again (store→load): pairs with the
-            // driver's full barrier between making a chain available and reading whether we
-            // want a kick, so either we see its chain or it sees our request and kicks.
-            notify_fence();
-            if !r.has_avail(at) && kick.wait(Some(timeout)).unwrap_or(false) {
+            let words = OnGuest { ring: r, event_idx: c.event_idx };
+            if may_sleep(&words, at) && kick.wait(Some(timeout)).unwrap_or(false) {
                 let _ = kick.drain();
             }
             // Back to polling.

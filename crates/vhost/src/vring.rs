@@ -12,6 +12,7 @@ use memnic_shm::Region;
 
 use crate::chain::{ChainError, Dir, Piece};
 use crate::mem::MemTable;
+use crate::notify::Suppression;
 use crate::packed::PackedRing;
 use crate::split::SplitRing;
 
@@ -224,6 +225,35 @@ impl Ring {
 #[inline(always)]
 pub fn notify_fence() {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A ring in the guest's memory as the notification steps ([`crate::notify`]) see it.
+pub(crate) struct OnGuest<'a, V> {
+    pub ring: &'a V,
+    pub event_idx: bool,
+}
+
+impl<V: Vring> Suppression for OnGuest<'_, V> {
+    #[inline(always)]
+    fn calls_off(&self) -> bool {
+        self.ring.calls_off(self.event_idx)
+    }
+    #[inline(always)]
+    fn wants_call(&self, old: u16, new: u16) -> bool {
+        self.ring.wants_call(old, new, self.event_idx)
+    }
+    #[inline(always)]
+    fn enable_kicks(&self, pos: u16) {
+        self.ring.enable_kicks(pos, self.event_idx)
+    }
+    #[inline(always)]
+    fn has_avail(&self, pos: u16) -> bool {
+        self.ring.has_avail(pos)
+    }
+    #[inline(always)]
+    fn fence(&self) {
+        notify_fence()
+    }
 }
 
 /// virtio's `vring_need_event`: whether moving an index from `old` to `new` passes `event`

@@ -1,0 +1,90 @@
+//! Notifications both ways (virtio 1.x §2.7.10, §2.7.21 and §2.6.7, §2.6.10 for the two
+//! layouts): when we call the driver after handing back used entries, and when we may sleep
+//! waiting for its kick. Each is a store→load handshake with the driver's own (Dekker's
+//! pattern): one side writes its index or its wish, a full fence, then reads the other's; with
+//! both fences, at least one side sees the other's store, so a chain is never left unseen by
+//! a sleeper.
+//!
+//! The steps are generic over [`Suppression`], the words of a ring they read and write, so the
+//! loom model in `tests/loom_notify.rs` runs these very steps on loom's atomics beside a
+//! driver written from the spec (`queue` runs them on the guest's memory).
+
+/// The words of a virtqueue the notification steps use, and the fence between them.
+pub trait Suppression {
+    /// Whether the driver turned every call off (packed: DISABLE; split without EVENT_IDX:
+    /// NO_INTERRUPT; never with EVENT_IDX on the split ring). Relaxed: a look before or after
+    /// [`Suppression::fence`], as the step needs.
+    fn calls_off(&self) -> bool;
+    /// After [`Suppression::fence`]: whether the driver wants a call for the used position
+    /// moving from `old` to `new`.
+    fn wants_call(&self, old: u16, new: u16) -> bool;
+    /// Asks the driver to kick once it makes a chain available at `pos`.
+    fn enable_kicks(&self, pos: u16);
+    /// After [`Suppression::fence`]: whether a chain is available at `pos`.
+    fn has_avail(&self, pos: u16) -> bool;
+    /// The full fence (store→load) between our stores and our looks at the driver's words:
+    /// pairs with the driver's between its stores (avail index, event suppression) and its
+    /// looks at ours (used index, kick suppression).
+    fn fence(&self);
+}
+
+/// Whether a queue owes the driver a look at its call suppression.
+#[derive(Debug, Default)]
+pub struct CallCheck {
+    /// Entries went out without the fenced look (see [`CallCheck::after_publish`]).
+    due: bool,
+}
+
+impl CallCheck {
+    /// After a burst that published used entries (`published`, the used position moving from
+    /// `old` to `new`) or none: whether to call the driver.
+    ///
+    /// With `defer` (dequeue, whose queue is polled again and again, empty or not), a burst
+    /// whose unfenced look finds every call off (DPDK's virtio PMD polls with calls off) skips
+    /// the fence and leaves the question to the queue's next poll: the next burst that
+    /// publishes, or the next empty one, fences and calls if the driver turned calls on
+    /// meanwhile. The look may be stale only for a driver that turned calls on as we published
+    /// and then missed our entries; it sleeps until that next poll, a loop later. Without
+    /// `defer` (enqueue: nothing promises a next `tx_burst`) every publish fences.
+    #[inline(always)]
+    pub fn after_publish(
+        &mut self,
+        ring: &impl Suppression,
+        published: bool,
+        defer: bool,
+        old: u16,
+        new: u16,
+    ) -> bool {
+        if !published && !self.due {
+            return false;
+        }
+        if defer && published && ring.calls_off() {
+            self.due = true;
+            return false;
+        }
+        ring.fence();
+        let wants = if self.due {
+            // Some of the entries since the last check went out unchecked: the driver gets a
+            // call if it takes any (one more than it asked for at worst).
+            !ring.calls_off()
+        } else {
+            ring.wants_call(old, new)
+        };
+        self.due = false;
+        wants
+    }
+}
+
+/// Before sleeping on the kick eventfd with the next chain expected at `pos`: asks the driver
+/// to kick, then looks at the ring again; true if it is still empty, so that sleeping is safe
+/// (a chain made available after the look comes with a kick). The caller turns kicks off
+/// again ([`crate::vring::Vring::disable_kicks`]) once it polls again.
+#[inline]
+pub fn may_sleep(ring: &impl Suppression, pos: u16) -> bool {
+    ring.enable_kicks(pos);
+    // Our request before we look at the ring again (store→load): pairs with the driver's full
+    // barrier between making a chain available and reading whether we want a kick, so either
+    // we see its chain or it sees our request and kicks.
+    ring.fence();
+    !ring.has_avail(pos)
+}
