@@ -1,6 +1,6 @@
-//! Notifications both ways (virtio 1.x §2.7.10, §2.7.21 and §2.6.7, §2.6.10 for the two
-//! layouts): when we call the driver after handing back used entries, and when we may sleep
-//! waiting for its kick. Each is a store→load handshake with the driver's own (Dekker's
+//! Notifications both ways (virtio 1.x: the split ring's used and available buffer
+//! notification suppression, the packed ring's event suppression structures): when we call
+//! the driver after handing back used entries, and when we may sleep waiting for its kick. Each is a store→load handshake with the driver's own (Dekker's
 //! pattern): one side writes its index or its wish, a full fence, then reads the other's; with
 //! both fences, at least one side sees the other's store, so a chain is never left unseen by
 //! a sleeper.

@@ -1,5 +1,5 @@
-//! Loom models of virtio's notifications (virtio 1.x §2.7.10, §2.6.7, §2.6.10) between our
-//! backend and a driver: the call after used entries, with the dequeue's deferred check, and
+//! Loom models of virtio's notifications (virtio 1.x's buffer notification suppression)
+//! between our backend and a driver: the call after used entries, with the dequeue's deferred check, and
 //! the kick before we sleep. The device side runs the very steps the queues use
 //! (`memnic_vhost::notify`: `CallCheck::after_publish`, `may_sleep`), on loom's atomics behind
 //! the `Suppression` trait; the words are a split ring's (avail.flags NO_INTERRUPT and
