@@ -1,9 +1,9 @@
 //! Notifications both ways (virtio 1.x: the split ring's used and available buffer
 //! notification suppression, the packed ring's event suppression structures): when we call
-//! the driver after handing back used entries, and when we may sleep waiting for its kick. Each is a store→load handshake with the driver's own (Dekker's
-//! pattern): one side writes its index or its wish, a full fence, then reads the other's; with
-//! both fences, at least one side sees the other's store, so a chain is never left unseen by
-//! a sleeper.
+//! the driver after handing back used entries, and when we may sleep waiting for its kick.
+//! Each is a store→load handshake with the driver's own (Dekker's pattern): one side writes
+//! its index or its wish, a full fence, then reads the other's; with both fences, at least one
+//! side sees the other's store, so a chain is never left unseen by a sleeper.
 //!
 //! The steps are generic over [`Suppression`], the words of a ring they read and write, so the
 //! loom model in `tests/loom_notify.rs` runs these very steps on loom's atomics beside a
@@ -22,9 +22,13 @@ pub trait Suppression {
     fn enable_kicks(&self, pos: u16);
     /// After [`Suppression::fence`]: whether a chain is available at `pos`.
     fn has_avail(&self, pos: u16) -> bool;
-    /// The full fence (store→load) between our stores and our looks at the driver's words:
-    /// pairs with the driver's between its stores (avail index, event suppression) and its
-    /// looks at ours (used index, kick suppression).
+    /// The full fence (store→load) between our stores and our looks at the driver's words.
+    /// Calls: our used index (or the packed used flags) before our look at the driver's call
+    /// suppression, pairing with the driver's fence between turning calls on (avail.flags,
+    /// used_event, its event structure) and looking at our used index again. Kicks: our kick
+    /// request (used.flags, avail_event, our event structure) before our look at the ring,
+    /// pairing with the driver's fence between making a chain available and looking at our
+    /// request.
     fn fence(&self);
 }
 
@@ -43,9 +47,12 @@ impl CallCheck {
     /// whose unfenced look finds every call off (DPDK's virtio PMD polls with calls off) skips
     /// the fence and leaves the question to the queue's next poll: the next burst that
     /// publishes, or the next empty one, fences and calls if the driver turned calls on
-    /// meanwhile. The look may be stale only for a driver that turned calls on as we published
-    /// and then missed our entries; it sleeps until that next poll, a loop later. Without
-    /// `defer` (enqueue: nothing promises a next `tx_burst`) every publish fences.
+    /// meanwhile; a queue about to sleep instead settles it first ([`CallCheck::settle`]). The
+    /// look may be stale only for a driver that turned calls on as we published and then
+    /// missed our entries; it sleeps until that next poll, a loop later (longer only while the
+    /// queue is not polled at all: its port stopped, parked for a reconfiguration, or its ring
+    /// gone). Without `defer` (enqueue: nothing promises a next `tx_burst`) every publish
+    /// fences.
     #[inline(always)]
     pub fn after_publish(
         &mut self,
@@ -62,6 +69,9 @@ impl CallCheck {
             self.due = true;
             return false;
         }
+        // Our used entries before our look at whether the driver wants them (store→load):
+        // pairs with the driver's fence between turning calls on and looking at our used
+        // index again, so either it sees our entries or we see its calls on.
         ring.fence();
         let wants = if self.due {
             // Some of the entries since the last check went out unchecked: the driver gets a
@@ -75,10 +85,19 @@ impl CallCheck {
     }
 }
 
+impl CallCheck {
+    /// Before the queue stops polling (it sleeps for a kick): the check a deferred burst left
+    /// for its next poll, made now; true if the driver is to be called.
+    #[inline]
+    pub fn settle(&mut self, ring: &impl Suppression) -> bool {
+        self.after_publish(ring, false, false, 0, 0)
+    }
+}
+
 /// Before sleeping on the kick eventfd with the next chain expected at `pos`: asks the driver
 /// to kick, then looks at the ring again; true if it is still empty, so that sleeping is safe
 /// (a chain made available after the look comes with a kick). The caller turns kicks off
-/// again ([`crate::vring::Vring::disable_kicks`]) once it polls again.
+/// again ([`crate::vring::Vring::disable_kicks`]) when it wakes.
 #[inline]
 pub fn may_sleep(ring: &impl Suppression, pos: u16) -> bool {
     ring.enable_kicks(pos);

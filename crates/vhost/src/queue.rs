@@ -286,25 +286,30 @@ impl RxQueue for VhostRxQueue {
         self.core.s.stats
     }
 
-    /// Interrupt mode: asks the driver to kick (used.flags 0, or avail_event at our index with
-    /// EVENT_IDX), re-checks the ring, sleeps on the kick eventfd while it is empty, then asks
-    /// for no kicks again. False when there is no ring or the frontend gave no kick fd.
+    /// Interrupt mode: makes a call the last burst deferred, asks the driver to kick
+    /// (used.flags 0, or avail_event at our index with EVENT_IDX), re-checks the ring, sleeps
+    /// on the kick eventfd while it is empty, then asks for no kicks again. False when there is
+    /// no ring or the frontend gave no kick fd.
     fn wait(&mut self, timeout: std::time::Duration) -> bool {
-        let q = &self.core;
-        let Some(c) = q.conn.as_ref() else {
+        let Core { conn, s, .. } = &mut self.core;
+        let Some(c) = conn.as_ref() else {
             return false;
         };
         let Some(kick) = &c.kick else {
             return false;
         };
-        let at = q.s.last_avail;
+        let at = s.last_avail;
         // Chains held by zero copy come back while we would sleep: look again soon.
-        let timeout = match &q.s.zc {
+        let timeout = match &s.zc {
             Some(zc) if zc.out() > 0 => timeout.min(ZC_WAIT),
             _ => timeout,
         };
         on_ring!(&c.ring, r => {
             let words = OnGuest { ring: r, event_idx: c.event_idx };
+            // A call the last burst deferred to its next poll is made before we stop polling.
+            if let Some(call) = c.call.as_ref().filter(|_| s.calls.settle(&words)) {
+                let _ = call.notify();
+            }
             if may_sleep(&words, at) && kick.wait(Some(timeout)).unwrap_or(false) {
                 let _ = kick.drain();
             }
