@@ -83,9 +83,7 @@ impl CallCheck {
         self.due = false;
         wants
     }
-}
 
-impl CallCheck {
     /// Before the queue stops polling (it sleeps for a kick): the check a deferred burst left
     /// for its next poll, made now; true if the driver is to be called.
     #[inline]
