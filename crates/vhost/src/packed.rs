@@ -61,6 +61,36 @@ pub fn is_avail(flags: u16, wrap: bool) -> bool {
     (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) != wrap
 }
 
+/// Whether a driver whose event suppression structure reads `off_wrap` and `flags` wants a
+/// call for the used position (slot and wrap counter) moving from `old` to `new` on a ring of
+/// `size` slots: DISABLE never, ENABLE always, DESC (EVENT_IDX) when the move passed the slot
+/// and wrap counter it names.
+#[inline(always)]
+pub fn wants_call_for(
+    size: u16,
+    off_wrap: u16,
+    flags: u16,
+    old: u16,
+    new: u16,
+    event_idx: bool,
+) -> bool {
+    if !event_idx || flags != EVENT_F_DESC {
+        return flags != EVENT_F_DISABLE;
+    }
+    // Into one window of 2 × size: `old` a lap back when the burst wrapped, the event a lap
+    // back when its wrap counter is not ours.
+    let new_idx = new & !WRAP;
+    let mut old_idx = old & !WRAP;
+    if new_idx <= old_idx {
+        old_idx = old_idx.wrapping_sub(size);
+    }
+    let mut off = off_wrap & !WRAP;
+    if (off_wrap & WRAP) != (new & WRAP) {
+        off = off.wrapping_sub(size);
+    }
+    need_event(off, new_idx, old_idx)
+}
+
 /// A packed ring located in guest memory.
 #[derive(Debug, Clone)]
 pub struct PackedRing {
@@ -422,27 +452,11 @@ impl Vring for PackedRing {
         }
     }
 
-    /// The driver's event suppression: DISABLE never, ENABLE always, DESC (EVENT_IDX) when the
-    /// used position passed the slot and wrap counter it names.
+    /// The driver's event suppression (see [`wants_call_for`]).
     #[inline(always)]
     fn wants_call(&self, old: u16, new: u16, event_idx: bool) -> bool {
         let (off_wrap, flags) = self.driver_event();
-        if !event_idx || flags != EVENT_F_DESC {
-            return flags != EVENT_F_DISABLE;
-        }
-        // Into one window of 2 × size: `old` a lap back when the burst wrapped, the event a
-        // lap back when its wrap counter is not ours.
-        let size = self.size;
-        let new_idx = new & !WRAP;
-        let mut old_idx = old & !WRAP;
-        if new_idx <= old_idx {
-            old_idx = old_idx.wrapping_sub(size);
-        }
-        let mut off = off_wrap & !WRAP;
-        if (off_wrap & WRAP) != (new & WRAP) {
-            off = off.wrapping_sub(size);
-        }
-        need_event(off, new_idx, old_idx)
+        wants_call_for(self.size, off_wrap, flags, old, new, event_idx)
     }
 
     #[inline(always)]

@@ -2,20 +2,21 @@
 //! between our backend and a driver: the call after used entries, with the dequeue's deferred
 //! check, and the kick before we sleep. The device side runs the very steps the queues use
 //! (`memnic_vhost::notify`: `CallCheck::after_publish`, `CallCheck::settle`, `may_sleep`), on
-//! loom's atomics behind the `Suppression` trait; the words are a split ring's (avail.flags
-//! NO_INTERRUPT and used.flags NO_NOTIFY, or used_event and avail_event with EVENT_IDX), read
-//! as `split.rs` reads them. The packed ring's DISABLE/ENABLE words take the same steps as the
-//! split ring's flags. The driver side is the spec's (Linux's `virtqueue_enable_cb` and
-//! `virtqueue_kick`, DPDK's virtio PMD alike): a store, a full barrier, a look at the device's
-//! word.
+//! loom's atomics behind the `Suppression` trait. The words are a split ring's (avail.flags
+//! NO_INTERRUPT and used.flags NO_NOTIFY, or used_event and avail_event with EVENT_IDX) or, for
+//! calls, a packed ring's driver event structure (DISABLE, ENABLE, or DESC with off_wrap, its
+//! window judged by `packed::wants_call_for`, the function the ring uses), read in the order
+//! the rings read them; the used position stands for the used index or the burst's head
+//! flags. The driver side is the spec's (Linux's `virtqueue_enable_cb` and `virtqueue_kick`,
+//! DPDK's virtio PMD alike): a store, a full barrier, a look at the device's word.
 //!
 //! What is checked: a driver that goes to sleep after turning calls on, with used entries it
-//! has not seen, is called after the first of them (after one burst or two, and whether the
-//! queue polls again or goes to sleep itself); a device that sleeps after asking for kicks,
-//! having seen no chain, is kicked. The controls (a step left out) must be caught. The
-//! ring's words are a hand copy of `split.rs`'s reads, not the ring itself (guest memory is
-//! reached through `memnic_shm` regions, which loom's atomics cannot stand behind); the
-//! packed ring's EVENT_IDX mode (DISABLE, then DESC with its window) is not modelled.
+//! has not seen, is called after the first of them (after one burst or two, whether the
+//! queue polls again or goes to sleep itself, on either layout, with and without EVENT_IDX;
+//! the packed ring's used position wraps); a device that sleeps after asking for kicks,
+//! having seen no chain, is kicked (split words). The controls (a step left out) must be
+//! caught. The words' loads are a hand copy of the rings' (guest memory is reached through
+//! `memnic_shm` regions, which loom's atomics cannot stand behind).
 //!
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 //!     cargo test -p memnic-vhost --test loom_notify --release
@@ -27,55 +28,111 @@ use loom::sync::atomic::{fence, AtomicU16};
 use loom::sync::Arc;
 use loom::thread;
 use memnic_vhost::notify::{may_sleep, CallCheck, Suppression};
+use memnic_vhost::packed::{wants_call_for, EVENT_F_DESC, EVENT_F_DISABLE, EVENT_F_ENABLE, WRAP};
 use memnic_vhost::split::{AVAIL_F_NO_INTERRUPT, USED_F_NO_NOTIFY};
 use memnic_vhost::vring::need_event;
 
-/// Where the indices start: just below the wrap of their `u16`.
+/// Where the split ring's indices start: just below the wrap of their `u16`.
 const START: u16 = 0xffff;
 /// An event index the driver (or we) left far behind: asks for nothing now.
 const STALE: u16 = START.wrapping_sub(100);
+/// The packed ring's size in the model, and where its used position starts: its last slot,
+/// wrap counter 1, so the first entry wraps the ring.
+const PACKED_SIZE: u16 = 4;
+const PACKED_START: u16 = (PACKED_SIZE - 1) | WRAP;
 
-/// A split ring's notification words on loom's atomics.
+/// Which ring's words.
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    Split,
+    Packed,
+}
+
+/// A ring's notification words on loom's atomics: the split ring's, or the packed ring's
+/// event suppression structures (calls only: the packed kick side takes no index).
 struct Words {
+    layout: Layout,
     event_idx: bool,
     /// Whether `fence` fences (false: the control without our fence).
     fenced: bool,
-    // The driver's.
-    avail_flags: AtomicU16,
-    used_event: AtomicU16,
+    // The driver's: split avail.flags / packed driver event flags; split used_event / packed
+    // off_wrap; avail.idx.
+    call_flags: AtomicU16,
+    call_event: AtomicU16,
     avail_idx: AtomicU16,
     // Ours.
     used_flags: AtomicU16,
     avail_event: AtomicU16,
-    used_idx: AtomicU16,
+    /// Where our used entries end (split used.idx; packed: the slot and wrap counter after
+    /// the last used descriptor, standing for that descriptor's flags).
+    used: AtomicU16,
 }
 
 impl Words {
     /// Both sides polling: calls and kicks off.
-    fn polling(event_idx: bool, fenced: bool) -> Words {
+    fn polling(layout: Layout, event_idx: bool, fenced: bool) -> Words {
+        let (call_flags, start) = match layout {
+            Layout::Split => (AVAIL_F_NO_INTERRUPT, START),
+            Layout::Packed => (EVENT_F_DISABLE, PACKED_START),
+        };
         Words {
+            layout,
             event_idx,
             fenced,
-            avail_flags: AtomicU16::new(AVAIL_F_NO_INTERRUPT),
-            used_event: AtomicU16::new(STALE),
+            call_flags: AtomicU16::new(call_flags),
+            call_event: AtomicU16::new(STALE),
             avail_idx: AtomicU16::new(START),
             used_flags: AtomicU16::new(USED_F_NO_NOTIFY),
             avail_event: AtomicU16::new(STALE),
-            used_idx: AtomicU16::new(START),
+            used: AtomicU16::new(start),
+        }
+    }
+
+    /// The used position after `pos`, one entry on.
+    fn next(&self, pos: u16) -> u16 {
+        match self.layout {
+            Layout::Split => pos.wrapping_add(1),
+            Layout::Packed if pos & !WRAP == PACKED_SIZE - 1 => (pos & WRAP) ^ WRAP,
+            Layout::Packed => pos + 1,
+        }
+    }
+
+    /// The driver turns calls on, asking (with EVENT_IDX) for a call once the entry at `seen`
+    /// is used: split, used_event then nothing more; packed (Linux's
+    /// `virtqueue_enable_cb_prepare_packed`), off_wrap, a write barrier, then the flags.
+    fn driver_enables_calls(&self, seen: u16) {
+        match (self.layout, self.event_idx) {
+            (Layout::Split, true) => self.call_event.store(seen, Relaxed),
+            (Layout::Split, false) => self.call_flags.store(0, Relaxed),
+            (Layout::Packed, true) => {
+                self.call_event.store(seen, Relaxed);
+                self.call_flags.store(EVENT_F_DESC, Release);
+            }
+            (Layout::Packed, false) => self.call_flags.store(EVENT_F_ENABLE, Relaxed),
         }
     }
 }
 
-/// As `SplitRing` reads and writes them.
+/// As `SplitRing` and `PackedRing` read and write them.
 impl Suppression for Words {
     fn calls_off(&self) -> bool {
-        !self.event_idx && self.avail_flags.load(Relaxed) & AVAIL_F_NO_INTERRUPT != 0
+        match self.layout {
+            Layout::Split => {
+                !self.event_idx && self.call_flags.load(Relaxed) & AVAIL_F_NO_INTERRUPT != 0
+            }
+            Layout::Packed => self.call_flags.load(Relaxed) == EVENT_F_DISABLE,
+        }
     }
     fn wants_call(&self, old: u16, new: u16) -> bool {
-        if self.event_idx {
-            need_event(self.used_event.load(Relaxed), new, old)
-        } else {
-            self.avail_flags.load(Relaxed) & AVAIL_F_NO_INTERRUPT == 0
+        match self.layout {
+            Layout::Split if self.event_idx => need_event(self.call_event.load(Relaxed), new, old),
+            Layout::Split => self.call_flags.load(Relaxed) & AVAIL_F_NO_INTERRUPT == 0,
+            Layout::Packed => {
+                // PackedRing::driver_event: off_wrap, then flags.
+                let off_wrap = self.call_event.load(Relaxed);
+                let flags = self.call_flags.load(Relaxed);
+                wants_call_for(PACKED_SIZE, off_wrap, flags, old, new, self.event_idx)
+            }
         }
     }
     fn enable_kicks(&self, pos: u16) {
@@ -109,6 +166,7 @@ enum Then {
 /// How the device side runs in a call model.
 #[derive(Clone, Copy)]
 struct Device {
+    layout: Layout,
     event_idx: bool,
     /// The dequeue's deferral (`defer` of `after_publish`).
     defer: bool,
@@ -125,56 +183,55 @@ struct Device {
 /// wakes it, and it goes round again; with EVENT_IDX it asked for exactly that call).
 fn call_model(d: Device) {
     loom::model(move || {
-        let w = Arc::new(Words::polling(d.event_idx, d.fenced));
-        // The used index published before our latest call.
-        let called_at = Arc::new(AtomicU16::new(START));
+        let w = Arc::new(Words::polling(d.layout, d.event_idx, d.fenced));
+        // The used positions, entry by entry.
+        let mut positions = vec![w.used.load(Relaxed)];
+        for _ in 0..d.bursts {
+            positions.push(w.next(*positions.last().unwrap()));
+        }
+        // Entries published before our latest call.
+        let called_at = Arc::new(AtomicU16::new(0));
         let device = {
-            let (w, called_at) = (w.clone(), called_at.clone());
+            let (w, called_at, positions) = (w.clone(), called_at.clone(), positions.clone());
             thread::spawn(move || {
                 let mut check = CallCheck::default();
-                let mut used = START;
-                for _ in 0..d.bursts {
-                    let new = used.wrapping_add(1);
-                    // SplitRing::publish_used.
-                    w.used_idx.store(new, Release);
-                    if check.after_publish(&*w, true, d.defer, used, new) {
-                        called_at.store(new, Relaxed);
+                for n in 1..=d.bursts {
+                    let (old, new) = (positions[n as usize - 1], positions[n as usize]);
+                    // SplitRing::publish_used, PackedRing::publish (the burst's head flags).
+                    w.used.store(new, Release);
+                    if check.after_publish(&*w, true, d.defer, old, new) {
+                        called_at.store(n, Relaxed);
                     }
-                    used = new;
                 }
+                let last = positions[d.bursts as usize];
                 let call = match d.then {
                     Then::Stop => false,
-                    Then::Poll => check.after_publish(&*w, false, d.defer, used, used),
+                    Then::Poll => check.after_publish(&*w, false, d.defer, last, last),
                     Then::Sleep => check.settle(&*w),
                 };
                 if call {
-                    called_at.store(used, Relaxed);
+                    called_at.store(d.bursts, Relaxed);
                 }
             })
         };
-        // The driver turns calls on (with EVENT_IDX: a call once used.idx passes what it has
-        // seen), then looks at used.idx again after a full barrier; it takes what is new and
-        // goes round again, or sleeps.
-        let mut seen = START;
+        // The driver turns calls on (with EVENT_IDX: a call once the entry it expects next is
+        // used), then looks at the used ring again after a full barrier; it takes what is new
+        // and goes round again, or sleeps.
+        let mut seen = positions[0];
         loop {
-            if d.event_idx {
-                w.used_event.store(seen, Relaxed);
-            } else {
-                w.avail_flags.store(0, Relaxed);
-            }
+            w.driver_enables_calls(seen);
             fence(SeqCst);
-            let idx = w.used_idx.load(Acquire);
-            if idx == seen {
+            let now = w.used.load(Acquire);
+            if now == seen {
                 break;
             }
-            seen = idx;
+            seen = now;
         }
         device.join().unwrap();
-        let last = START.wrapping_add(d.bursts);
+        let seen_n = positions.iter().position(|&p| p == seen).unwrap() as u16;
         // Woken, it goes round again: a call after the first entry it has not seen will do.
-        let called_past_seen = called_at.load(Relaxed).wrapping_sub(seen) as i16 > 0;
         assert!(
-            seen == last || called_past_seen,
+            seen_n == d.bursts || called_at.load(Relaxed) > seen_n,
             "lost wakeup: the driver sleeps with a used entry it was never called for"
         );
     });
@@ -185,7 +242,7 @@ fn call_model(d: Device) {
 /// must have been kicked.
 fn kick_model(event_idx: bool, fenced: bool) {
     loom::model(move || {
-        let w = Arc::new(Words::polling(event_idx, fenced));
+        let w = Arc::new(Words::polling(Layout::Split, event_idx, fenced));
         let device = {
             let w = w.clone();
             thread::spawn(move || may_sleep(&*w, START))
@@ -210,6 +267,7 @@ fn kick_model(event_idx: bool, fenced: bool) {
 fn dequeue_calls_a_driver_that_turned_calls_on() {
     for bursts in [1, 2] {
         call_model(Device {
+            layout: Layout::Split,
             event_idx: false,
             defer: true,
             bursts,
@@ -223,6 +281,7 @@ fn dequeue_calls_a_driver_that_turned_calls_on() {
 #[test]
 fn dequeue_settles_a_deferred_check_before_it_sleeps() {
     call_model(Device {
+        layout: Layout::Split,
         event_idx: false,
         defer: true,
         bursts: 1,
@@ -237,6 +296,7 @@ fn dequeue_settles_a_deferred_check_before_it_sleeps() {
 fn dequeue_with_event_idx_calls_once_used_event_is_passed() {
     for bursts in [1, 2] {
         call_model(Device {
+            layout: Layout::Split,
             event_idx: true,
             defer: true,
             bursts,
@@ -250,12 +310,31 @@ fn dequeue_with_event_idx_calls_once_used_event_is_passed() {
 fn enqueue_calls_without_a_next_poll() {
     for event_idx in [false, true] {
         call_model(Device {
+            layout: Layout::Split,
             event_idx,
             defer: false,
             bursts: 2,
             then: Then::Stop,
             fenced: true,
         });
+    }
+}
+
+/// The packed ring defers with EVENT_IDX too (the driver polls with DISABLE and asks for a
+/// call at a descriptor with DESC), and its used position wraps the ring in the model.
+#[test]
+fn packed_dequeue_calls_a_driver_that_turned_calls_on() {
+    for (event_idx, bursts) in [(false, 1), (false, 2), (true, 1), (true, 2)] {
+        for then in [Then::Poll, Then::Sleep] {
+            call_model(Device {
+                layout: Layout::Packed,
+                event_idx,
+                defer: true,
+                bursts,
+                then,
+                fenced: true,
+            });
+        }
     }
 }
 
@@ -272,6 +351,7 @@ fn a_sleeping_device_is_kicked() {
 #[should_panic(expected = "lost wakeup")]
 fn deferred_check_without_a_next_poll_is_caught() {
     call_model(Device {
+        layout: Layout::Split,
         event_idx: false,
         defer: true,
         bursts: 1,
@@ -286,6 +366,7 @@ fn deferred_check_without_a_next_poll_is_caught() {
 #[should_panic(expected = "lost wakeup")]
 fn call_without_our_fence_is_caught() {
     call_model(Device {
+        layout: Layout::Split,
         event_idx: false,
         defer: false,
         bursts: 1,
@@ -294,11 +375,26 @@ fn call_without_our_fence_is_caught() {
     });
 }
 
+/// Control: the packed ring with EVENT_IDX, deferred and never polled again.
+#[test]
+#[should_panic(expected = "lost wakeup")]
+fn packed_deferred_check_without_a_next_poll_is_caught() {
+    call_model(Device {
+        layout: Layout::Packed,
+        event_idx: true,
+        defer: true,
+        bursts: 1,
+        then: Then::Stop,
+        fenced: true,
+    });
+}
+
 /// Control: the same with EVENT_IDX.
 #[test]
 #[should_panic(expected = "lost wakeup")]
 fn event_idx_call_without_our_fence_is_caught() {
     call_model(Device {
+        layout: Layout::Split,
         event_idx: true,
         defer: false,
         bursts: 1,
