@@ -338,8 +338,9 @@ impl Vring for PackedRing {
     /// virtio-net). DPDK's virtio-user posts a packed ring's tx buffers in no order their
     /// addresses follow (288 buffers 4 KB apart, in runs broken by jumps over 2.2 MB, where
     /// its split ring's follow one another 4 KB down; printed from a debug build), so nothing
-    /// but this asks for the next frames' lines before their copies start. In-process flip (virtio-user txonly -> our rxonly, one lcore each, 2-s blocks,
-    /// B/A of each B block against its two A neighbours, B = the next eight frames' first
+    /// but this asks for the next frames' lines before their copies start. In-process flip
+    /// (virtio-user txonly -> our rxonly, one lcore each, 2-s blocks, B/A of each B block
+    /// against its two A neighbours, B = the next eight frames' first
     /// lines; 12 runs of 40 s, blocks by the rate of their A neighbours): 1518 B slow state
     /// (A below 9 Mpps) 1.01/1.06/1.10 (n = 88), 9-11 Mpps 1.05/1.05/1.07 (n = 6), 11-13 Mpps
     /// 0.94/0.96/0.99 (n = 10: a loss there); 512 B 0.99/1.00/1.00 (9.2), 0.99/1.04/1.10
