@@ -30,7 +30,7 @@ use memnic_shm::unix::EventFd;
 use crate::mem::{MemTable, RegionDesc, MAX_MEM_SLOTS};
 use crate::packed::PackedRing;
 use crate::port::Shared;
-use crate::queue::VringConn;
+use crate::queue::{settle_leaving, VringConn};
 use crate::split::{SplitRing, MAX_QUEUE_SIZE};
 use crate::vring::{Ring, RingAddrs, RingError};
 
@@ -435,6 +435,7 @@ fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>
         if v.installed {
             // Relaxed: the queue is parked, and the gate orders its last store before this.
             v.base = slot.last_avail.load(Relaxed);
+            settle_leaving(slot, conn.as_ref().map(|c| c.ring_id));
         }
         let conn = conn.map(|mut c| {
             c.base = v.base;

@@ -40,6 +40,19 @@ pub struct CallCheck {
 }
 
 impl CallCheck {
+    /// A check owed by a queue whose last burst deferred it ([`CallCheck::is_due`]), for the
+    /// control thread to settle once the queue stops polling that ring.
+    pub fn owed() -> CallCheck {
+        CallCheck { due: true }
+    }
+
+    /// Whether a burst deferred its look at the driver's call suppression (see
+    /// [`CallCheck::after_publish`]) and no poll has made it since.
+    #[inline(always)]
+    pub fn is_due(&self) -> bool {
+        self.due
+    }
+
     /// After a burst that published used entries (`published`, the used position moving from
     /// `old` to `new`) or none: whether to call the driver.
     ///
@@ -50,8 +63,9 @@ impl CallCheck {
     /// meanwhile; a queue about to sleep instead settles it first ([`CallCheck::settle`]). The
     /// look may be stale only for a driver that turned calls on as we published and then
     /// missed our entries; it sleeps until that next poll, a loop later (longer only while the
-    /// queue is not polled at all: its port stopped, parked for a reconfiguration, or its ring
-    /// gone). Without `defer` (enqueue: nothing promises a next `tx_burst`) every publish
+    /// queue is not polled at all: its port stopped or parked for a reconfiguration; a ring
+    /// taken from its queue, stopped or replaced, has the check made by the control thread
+    /// instead). Without `defer` (enqueue: nothing promises a next `tx_burst`) every publish
     /// fences.
     #[inline(always)]
     pub fn after_publish(

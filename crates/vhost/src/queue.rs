@@ -58,6 +58,10 @@ pub struct VringSlot {
     /// The queue's next avail index, published after each burst (Relaxed: the control thread
     /// reads it with the queue parked, which the gate orders).
     pub last_avail: AtomicU16,
+    /// The queue's last burst deferred its call check ([`CallCheck::is_due`]), published with
+    /// `last_avail` (Relaxed, the same way): a ring taken from its queue has it made by the
+    /// control thread ([`settle_leaving`]).
+    pub call_due: AtomicBool,
     /// Chains refused (see `chain`), and rings found broken.
     pub bad_chains: AtomicU64,
     pub broken: AtomicU64,
@@ -163,6 +167,10 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        if prev != self.conn.as_ref().map(|c| c.ring_id) {
+            // A check the old ring was owed went with it (`settle_leaving`).
+            self.s.calls = CallCheck::default();
+        }
         if let Some(c) = &self.conn {
             self.s.last_avail = c.base;
             // A new ring starts where the frontend said: in copy mode every chain we take is
@@ -186,6 +194,7 @@ impl Core {
     #[inline(always)]
     fn exit(&mut self) {
         self.slot.last_avail.store(self.s.last_avail, Relaxed);
+        self.slot.call_due.store(self.s.calls.is_due(), Relaxed);
         self.gate.exit();
         self.cell.publish(&self.s.stats);
     }
@@ -232,6 +241,34 @@ fn publish<V: Vring>(
     if s.calls
         .after_publish(&words, entries > 0, defer, old, s.used)
     {
+        let _ = call.notify();
+    }
+}
+
+/// With the queue parked, before its ring is taken away (stopped, or replaced by a ring
+/// `next` other than the one it runs): makes the call check its last burst deferred, which its
+/// next poll would have made (see [`CallCheck::after_publish`]) but which the ring would
+/// otherwise never get: a driver that turned calls on as that burst published may be waiting
+/// for it. A ring that goes on in its queue (a new memory table or call fd) keeps it.
+pub(crate) fn settle_leaving(slot: &VringSlot, next: Option<u64>) {
+    // Relaxed: the queue is parked, and the gate orders its last store before this.
+    if !slot.call_due.load(Relaxed) {
+        return;
+    }
+    let guard = slot.conn.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(c) = guard.as_ref().filter(|c| Some(c.ring_id) != next) else {
+        return;
+    };
+    // Relaxed: as above.
+    slot.call_due.store(false, Relaxed);
+    let Some(call) = &c.call else {
+        return;
+    };
+    let wants = on_ring!(&c.ring, r => CallCheck::owed().settle(&OnGuest {
+        ring: r,
+        event_idx: c.event_idx,
+    }));
+    if wants {
         let _ = call.notify();
     }
 }

@@ -442,71 +442,133 @@ fn called(call: &EventFd) -> bool {
     call.read().is_ok()
 }
 
-/// A dequeue that publishes while the driver has every call off does not look again at once
-/// (no fence): it leaves the look to its next poll, which calls the driver if it turned calls
-/// on meanwhile, and only once. Both layouts: packed (driver event flags DISABLE) and split
-/// without EVENT_IDX (avail.flags NO_INTERRUPT).
-#[test]
-fn a_call_skipped_while_calls_were_off_is_made_at_the_next_poll_once_they_are_on() {
-    for packed in [true, false] {
-        let tag = if packed { "fe8p" } else { "fe8s" };
-        let RxRig {
-            tp,
-            pool: _pool,
-            mut rxq,
-            g,
-            kick,
-        } = RxRig::new(tag, 64);
-        let path = tp.path.clone();
+/// A guest tx ring of either layout, with a call eventfd and the driver's switch for calls:
+/// packed (driver event flags DISABLE) or split without EVENT_IDX (avail.flags NO_INTERRUPT).
+struct CallRig {
+    rig: RxRig,
+    f: vhost::vhost_user::Frontend,
+    call: EventFd,
+    packed: bool,
+    drv: PackedDriver,
+    sent: u16,
+    got: Vec<memnic_ethdev::Mbuf>,
+}
+
+impl CallRig {
+    fn new(tag: &str, packed: bool) -> CallRig {
+        let rig = RxRig::new(tag, 64);
         let setup = Setup {
             reply_ack: false,
             features: if packed { RING_PACKED } else { 0 },
             vqs: vec![TXQ],
             base: if packed { PACKED_START } else { 0 },
         };
-        let f = connect(&path, &g, &kick, &setup);
+        let f = connect(&rig.tp.path.clone(), &rig.g, &rig.kick, &setup);
         let call = EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK).unwrap();
         f.set_vring_call(1, &call).unwrap();
-        // Both layouts keep the driver's switch in the u16 at avail + 2 (packed: the driver
-        // event flags) or avail + 0 (split: avail.flags); 1 turns calls off in either.
-        let switch = TXQ.avail as usize + if packed { 2 } else { 0 };
-        let calls = |on: bool| g.mem.u16(switch).store(u16::from(!on), Relaxed);
-        let mut drv = PackedDriver::new(TXQ);
-        let mut sent = 0u16;
-        let mut send = |g: &Guest| {
-            let (a, l) = g.frame(sent as u64, 60, sent as u8);
-            if packed {
-                drv.post(g, sent, &[(a, l, 0)]);
-            } else {
-                g.desc(sent % Q, d(a, l, 0, 0));
-                g.offer(sent, sent % Q);
-            }
-            sent += 1;
-        };
-        let mut got = Vec::new();
-        let what = if packed { "packed" } else { "split" };
+        CallRig {
+            rig,
+            f,
+            call,
+            packed,
+            drv: PackedDriver::new(TXQ),
+            sent: 0,
+            got: Vec::new(),
+        }
+    }
 
-        calls(false);
-        send(&g);
-        poll(&mut *rxq, &mut got, "a frame with calls off", |v| {
-            v.len() == 1
-        });
-        rxq.rx_burst(&mut got, 32);
-        assert!(!called(&call), "{what}: no call while calls are off");
-        send(&g);
-        poll(&mut *rxq, &mut got, "a second frame", |v| v.len() == 2);
-        calls(true);
-        rxq.rx_burst(&mut got, 32);
-        assert!(called(&call), "{what}: the next (empty) poll calls");
-        rxq.rx_burst(&mut got, 32);
-        assert!(!called(&call), "{what}: once");
-        send(&g);
-        poll(&mut *rxq, &mut got, "a frame with calls on", |v| {
-            v.len() == 3
-        });
-        assert!(called(&call), "{what}: calls on, a burst calls");
-        drop(f);
-        drop(rxq);
-        drop(tp);
+    fn what(&self) -> &'static str {
+        if self.packed {
+            "packed"
+        } else {
+            "split"
+        }
+    }
+
+    /// Both layouts keep the driver's switch in the u16 at avail + 2 (packed: the driver event
+    /// flags) or avail + 0 (split: avail.flags); 1 turns calls off in either.
+    fn calls(&self, on: bool) {
+        let switch = TXQ.avail as usize + if self.packed { 2 } else { 0 };
+        self.rig.g.mem.u16(switch).store(u16::from(!on), Relaxed);
+    }
+
+    /// Makes one more frame available and polls until the queue has taken it.
+    fn send_and_take(&mut self, what: &str) {
+        let (g, n) = (&self.rig.g, self.sent);
+        let (a, l) = g.frame(n as u64, 60, n as u8);
+        if self.packed {
+            self.drv.post(g, n, &[(a, l, 0)]);
+        } else {
+            g.desc(n % Q, d(a, l, 0, 0));
+            g.offer(n, n % Q);
+        }
+        self.sent += 1;
+        let want = usize::from(self.sent);
+        poll(&mut *self.rig.rxq, &mut self.got, what, |v| v.len() == want);
+    }
+
+    fn burst(&mut self) {
+        self.rig.rxq.rx_burst(&mut self.got, 32);
+    }
+
+    fn called(&self) -> bool {
+        called(&self.call)
+    }
+}
+
+/// A dequeue that publishes while the driver has every call off does not look again at once
+/// (no fence): it leaves the look to its next poll, which calls the driver if it turned calls
+/// on meanwhile, and only once.
+#[test]
+fn a_call_skipped_while_calls_were_off_is_made_at_the_next_poll_once_they_are_on() {
+    for packed in [true, false] {
+        let mut r = CallRig::new(if packed { "fe8p" } else { "fe8s" }, packed);
+        let what = r.what();
+        r.calls(false);
+        r.send_and_take("a frame with calls off");
+        r.burst();
+        assert!(!r.called(), "{what}: no call while calls are off");
+        r.send_and_take("a second frame");
+        r.calls(true);
+        r.burst();
+        assert!(r.called(), "{what}: the next (empty) poll calls");
+        r.burst();
+        assert!(!r.called(), "{what}: once");
+        r.send_and_take("a frame with calls on");
+        assert!(r.called(), "{what}: calls on, a burst calls");
+    }
+}
+
+/// The check a burst deferred is made when the frontend stops the ring before the queue polls
+/// again (GET_VRING_BASE): the driver, which turned calls on meanwhile, is called then (not
+/// when calls stay off), and the ring started again owes nothing.
+#[test]
+fn a_call_skipped_while_calls_were_off_is_made_when_the_ring_stops_before_the_next_poll() {
+    for packed in [true, false] {
+        for on in [true, false] {
+            let tag = format!("fe9{}{}", u8::from(packed), u8::from(on));
+            let mut r = CallRig::new(&tag, packed);
+            let what = format!("{}, calls {}", r.what(), if on { "on" } else { "off" });
+            r.calls(false);
+            r.send_and_take("a frame with calls off");
+            assert!(!r.called(), "{what}: no call while calls are off");
+            r.calls(on);
+            let pos = r.f.get_vring_base(1).unwrap();
+            assert_eq!(
+                pos & 0xffff,
+                u32::from(if packed { PACKED_START + 1 } else { 1 })
+            );
+            assert_eq!(r.called(), on, "{what}: the stop made the deferred check");
+            r.f.set_vring_base(1, pos as u16).unwrap();
+            r.f.set_vring_kick(1, &r.rig.kick).unwrap();
+            // A request with a reply: the backend has served the ones before it.
+            r.f.get_features().unwrap();
+            r.calls(true);
+            r.burst();
+            r.burst();
+            assert!(!r.called(), "{what}: the restarted ring owes no call");
+            r.send_and_take("a frame on the restarted ring");
+            assert!(r.called(), "{what}: the restarted ring calls");
+        }
     }
 }
