@@ -14,7 +14,7 @@
 //!   tx writes each frame whole (a chain is gathered into a scratch buffer first);
 //! * the interface goes away when the port closes, unless `persist=yes`.
 //!
-//! The system calls live in `memnic_shm::tap`; this crate has no unsafe code.
+//! The system calls live in `memnic_shm::tap`; everything here is safe Rust (see the lint below).
 #![forbid(unsafe_code)]
 
 mod config;

@@ -58,9 +58,10 @@ pub struct VringSlot {
     /// The queue's next avail index, published after each burst (Relaxed: the control thread
     /// reads it with the queue parked, which the gate orders).
     pub last_avail: AtomicU16,
-    /// The queue's last burst deferred its call check ([`CallCheck::is_due`]), published with
-    /// `last_avail` (Relaxed, the same way): a ring taken from its queue has it made by the
-    /// control thread ([`settle_leaving`]).
+    /// The queue owes its ring a call check ([`CallCheck::is_due`]): set by a burst that
+    /// deferred it, published with `last_avail` (Relaxed, the same way); cleared by the queue
+    /// when it makes the check before sleeping, and by the control thread when it makes it
+    /// for a ring taken from the queue ([`settle_leaving`]).
     pub call_due: AtomicBool,
     /// Chains refused (see `chain`), and rings found broken.
     pub bad_chains: AtomicU64,
@@ -167,8 +168,10 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if prev != self.conn.as_ref().map(|c| c.ring_id) {
-            // A check the old ring was owed went with it (`settle_leaving`).
+        // Relaxed: the gate orders the control thread's store before this (as `last_avail`).
+        if self.s.calls.is_due() && !self.slot.call_due.load(Relaxed) {
+            // The control thread made the check when the ring left us (`settle_leaving`), even
+            // if it came back since (the same ring, its region removed and added again).
             self.s.calls = CallCheck::default();
         }
         if let Some(c) = &self.conn {
@@ -328,7 +331,7 @@ impl RxQueue for VhostRxQueue {
     /// on the kick eventfd while it is empty, then asks for no kicks again. False when there is
     /// no ring or the frontend gave no kick fd.
     fn wait(&mut self, timeout: std::time::Duration) -> bool {
-        let Core { conn, s, .. } = &mut self.core;
+        let Core { conn, s, slot, .. } = &mut self.core;
         let Some(c) = conn.as_ref() else {
             return false;
         };
@@ -347,6 +350,10 @@ impl RxQueue for VhostRxQueue {
             if let Some(call) = c.call.as_ref().filter(|_| s.calls.settle(&words)) {
                 let _ = call.notify();
             }
+            // Made: a ring taken from us while we sleep owes nothing. Relaxed: outside the
+            // gate, a control thread that reads the old value makes the check once more (a
+            // spurious call at most, never a lost one).
+            slot.call_due.store(false, Relaxed);
             if may_sleep(&words, at) && kick.wait(Some(timeout)).unwrap_or(false) {
                 let _ = kick.drain();
             }
