@@ -46,6 +46,15 @@ pub enum RingError {
         addr: u64,
         align: u64,
     },
+    /// The address is aligned, but its region's `mmap_offset` (or address) puts it at a
+    /// misaligned offset of our mapping, where the ring's words cannot be accessed atomically.
+    #[error("the {area} area at {addr:#x} lies at offset {off:#x} of its region's file, which is not {align}-byte aligned (the region's mmap_offset does not match its address)")]
+    MisalignedInRegion {
+        area: &'static str,
+        addr: u64,
+        off: usize,
+        align: u64,
+    },
 }
 
 /// Where a ring area is: its mapping and offset, checked once at set-up.
@@ -57,7 +66,8 @@ pub(crate) struct Area {
 
 impl Area {
     /// Locates `len` bytes at the frontend's virtual address `addr`: aligned to `align`, whole
-    /// inside one region.
+    /// inside one region, and aligned within our mapping too (which starts at a page: the
+    /// ring's words are accessed as atomics of their size).
     pub fn locate(
         mem: &MemTable,
         area: &'static str,
@@ -71,6 +81,14 @@ impl Area {
         let (map, off) = mem
             .uva(addr, len)
             .ok_or(RingError::Unmapped { area, addr, len })?;
+        if !(off as u64).is_multiple_of(align) {
+            return Err(RingError::MisalignedInRegion {
+                area,
+                addr,
+                off,
+                align,
+            });
+        }
         Ok(Area {
             map: map.clone(),
             off,

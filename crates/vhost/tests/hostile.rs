@@ -659,6 +659,26 @@ fn bad_ring_set_ups_are_refused_and_the_next_frontend_is_served() {
             Box::new(|r, g| ring(r, g, 8, 0, 0x2002, 0x1000)),
         ),
         (
+            // Every area's address is aligned, but mmap_offset 1 puts it one byte past an
+            // aligned offset of our mapping (the queue's first burst panicked on the ring's
+            // words, inside the gate, and the port hung).
+            "ring areas misaligned in their region's file",
+            "which is not 16-byte aligned",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(1, &[(0, S - 4096, UVA, 1)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
+                r.send(SET_VRING_NUM, &state(1, 8), &[]);
+                r.send(
+                    SET_VRING_ADDR,
+                    &addr(1, UVA, UVA + 0x2000, UVA + 0x1000),
+                    &[],
+                );
+                r.send(SET_VRING_BASE, &state(1, 0), &[]);
+                r.send(SET_VRING_KICK, &u64p(1 | NO_FD), &[]);
+            }),
+        ),
+        (
             "a new memory table that no longer holds the running ring",
             "not inside one memory region",
             Box::new(|r, g| {
