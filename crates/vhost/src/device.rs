@@ -485,6 +485,15 @@ impl VhostUserBackendReqHandlerMut for Device {
                 self.offered
             )));
         }
+        // A running ring keeps its layout: its position (and the queue's used position) means
+        // a slot of that layout, and would be taken over unchecked by the other.
+        if (features ^ self.acked) & F_RING_PACKED != 0 {
+            if let Some(i) = self.vrings.iter().position(|v| v.started) {
+                return Err(self.refuse(format!(
+                    "ring {i} runs: the ring layout (RING_PACKED) cannot change until GET_VRING_BASE stops it"
+                )));
+            }
+        }
         self.acked = features;
         self.features_set = true;
         // Without PROTOCOL_FEATURES there is no SET_VRING_ENABLE: rings are enabled at once.
@@ -539,7 +548,15 @@ impl VhostUserBackendReqHandlerMut for Device {
                 if packed { "a size" } else { "a power of two" }
             )));
         }
-        self.vring(index)?.num = num;
+        let v = self.vring(index)?;
+        if v.started && v.num != num {
+            // Its position (and the queue's used position) is a slot of the old size.
+            let old = v.num;
+            return Err(self.refuse(format!(
+                "ring {index} runs: its size cannot change ({old} to {num}) until GET_VRING_BASE stops it"
+            )));
+        }
+        v.num = num;
         Ok(())
     }
 

@@ -679,6 +679,34 @@ fn bad_ring_set_ups_are_refused_and_the_next_frontend_is_served() {
             }),
         ),
         (
+            // The queue's position is a slot of 8; of 2 it would lie past the ring.
+            "SET_VRING_NUM of another size on a running packed ring",
+            "its size cannot change (8 to 2)",
+            Box::new(|r, g| {
+                r.hello(RING_PACKED);
+                r.mem(g);
+                r.send(SET_VRING_NUM, &state(1, 8), &[]);
+                r.send(
+                    SET_VRING_ADDR,
+                    &addr(1, UVA, UVA + 0x2000, UVA + 0x1000),
+                    &[],
+                );
+                r.send(SET_VRING_BASE, &state(1, 0x8000), &[]);
+                r.send(SET_VRING_KICK, &u64p(1 | NO_FD), &[]);
+                r.send(SET_VRING_NUM, &state(1, 8), &[]);
+                r.send(SET_VRING_NUM, &state(1, 2), &[]);
+            }),
+        ),
+        (
+            "RING_PACKED turned on under a running split ring",
+            "the ring layout (RING_PACKED) cannot change",
+            Box::new(|r, g| {
+                ring(r, g, 8, 0, 0x2000, 0x1000);
+                r.send(SET_FEATURES, &u64p(VERSION_1), &[]);
+                r.send(SET_FEATURES, &u64p(VERSION_1 | RING_PACKED), &[]);
+            }),
+        ),
+        (
             "a new memory table that no longer holds the running ring",
             "not inside one memory region",
             Box::new(|r, g| {
