@@ -267,16 +267,20 @@ impl Device {
             conns.push(conn);
         }
         let shared = self.shared.clone();
+        let mut calls = Vec::new();
         // Queues that stay in a burst longer than this are lcores stuck elsewhere: try again.
         while shared
             .gate
             .reset(None, Duration::from_secs(1), || {
-                swap(&shared, &mut self.vrings, &mut conns);
+                swap(&shared, &mut self.vrings, &mut conns, &mut calls);
                 Some(())
             })
             .is_none()
         {
             std::thread::sleep(Duration::from_millis(1));
+        }
+        for call in calls {
+            let _ = call.notify();
         }
         let up = self.vrings.iter().any(|v| v.installed && v.enabled);
         // Release pairs with the Acquire in `VhostPort::link`.
@@ -428,14 +432,20 @@ impl Device {
 }
 
 /// With every queue parked: reads back where each installed ring got to, then gives each slot
-/// its new ring (which goes on from there).
-fn swap(shared: &Shared, vrings: &mut [Vring], conns: &mut Vec<Option<VringConn>>) {
+/// its new ring (which goes on from there). A ring taken from its queue that was owed a call
+/// leaves its call fd in `calls`, to be notified once the queues run again.
+fn swap(
+    shared: &Shared,
+    vrings: &mut [Vring],
+    conns: &mut Vec<Option<VringConn>>,
+    calls: &mut Vec<Arc<EventFd>>,
+) {
     for (i, (v, conn)) in vrings.iter_mut().zip(conns.drain(..)).enumerate() {
         let slot = shared.slot(i);
         if v.installed {
             // Relaxed: the queue is parked, and the gate orders its last store before this.
             v.base = slot.last_avail.load(Relaxed);
-            settle_leaving(slot, conn.as_ref().map(|c| c.ring_id));
+            calls.extend(settle_leaving(slot, conn.as_ref().map(|c| c.ring_id)));
         }
         let conn = conn.map(|mut c| {
             c.base = v.base;

@@ -252,28 +252,24 @@ fn publish<V: Vring>(
 /// `next` other than the one it runs): makes the call check its last burst deferred, which its
 /// next poll would have made (see [`CallCheck::after_publish`]) but which the ring would
 /// otherwise never get: a driver that turned calls on as that burst published may be waiting
-/// for it. A ring that goes on in its queue (a new memory table or call fd) keeps it.
-pub(crate) fn settle_leaving(slot: &VringSlot, next: Option<u64>) {
+/// for it. A ring that goes on in its queue (a new memory table or call fd) keeps it. Returns
+/// the call fd to notify, which the caller does once the queues run again (a frontend can
+/// make a notify block: see `EventFd::notify`).
+pub(crate) fn settle_leaving(slot: &VringSlot, next: Option<u64>) -> Option<Arc<EventFd>> {
     // Relaxed: the queue is parked, and the gate orders its last store before this.
     if !slot.call_due.load(Relaxed) {
-        return;
+        return None;
     }
     let guard = slot.conn.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(c) = guard.as_ref().filter(|c| Some(c.ring_id) != next) else {
-        return;
-    };
+    let c = guard.as_ref().filter(|c| Some(c.ring_id) != next)?;
     // Relaxed: as above.
     slot.call_due.store(false, Relaxed);
-    let Some(call) = &c.call else {
-        return;
-    };
+    let call = c.call.as_ref()?;
     let wants = on_ring!(&c.ring, r => CallCheck::owed().settle(&OnGuest {
         ring: r,
         event_idx: c.event_idx,
     }));
-    if wants {
-        let _ = call.notify();
-    }
+    wants.then(|| call.clone())
 }
 
 /// Our rx queue: the guest's tx virtqueue.

@@ -47,7 +47,18 @@ impl EventFd {
 
     /// Adds 1 to the counter, waking a waiter. A counter already at its maximum (the waiter has
     /// not drained in 2^64 - 2 notifications) stays there: the wake-up is pending anyway.
+    ///
+    /// A received eventfd's O_NONBLOCK is shared with the peer, which can clear it and then
+    /// fill the counter, and an eventfd write has no nonblocking flag of its own (`pwritev2`'s
+    /// RWF_NOWAIT is refused), so this looks first (`poll`, no wait) and writes only while the
+    /// counter has room: a peer must then fill it in the moment between the look and the
+    /// write to block us (narrowed, not closed).
     pub fn notify(&self) -> Result<()> {
+        let mut p = [PollFd::writable(self.fd.as_fd())];
+        poll(&mut p, Some(Duration::ZERO))?;
+        if !p[0].ready().writable {
+            return Ok(());
+        }
         let one: u64 = 1;
         loop {
             // SAFETY: writes the 8 bytes of the live local `one`; an eventfd takes 8-byte writes.
@@ -70,17 +81,30 @@ impl EventFd {
         }
     }
 
-    /// Reads and resets the counter: the number of notifications since the last drain (0 if none).
+    /// Reads and resets the counter: the number of notifications since the last drain (0 if
+    /// none). Never blocks, even on a descriptor whose peer cleared O_NONBLOCK (see
+    /// [`notify`](Self::notify)): the read asks for RWF_NOWAIT (`preadv2`); a kernel that
+    /// refuses it for eventfds (before 5.12) gets a look (`poll`, no wait) before a plain read.
     pub fn drain(&self) -> Result<u64> {
         let mut count: u64 = 0;
+        let mut nowait = true;
         loop {
-            // SAFETY: reads at most 8 bytes into the live local `count`.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    (&mut count as *mut u64).cast(),
-                    size_of::<u64>(),
-                )
+            let iov = libc::iovec {
+                iov_base: (&mut count as *mut u64).cast(),
+                iov_len: size_of::<u64>(),
+            };
+            let n = if nowait {
+                // SAFETY: one iovec over the live local `count` (8 bytes); offset -1 reads at
+                // the descriptor's position, as read() does.
+                unsafe { libc::preadv2(self.fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) }
+            } else {
+                let mut p = [PollFd::readable(self.fd.as_fd())];
+                poll(&mut p, Some(Duration::ZERO))?;
+                if !p[0].ready().readable {
+                    return Ok(0);
+                }
+                // SAFETY: reads at most 8 bytes into the live local `count`.
+                unsafe { libc::read(self.fd.as_raw_fd(), iov.iov_base, size_of::<u64>()) }
             };
             if n == size_of::<u64>() as isize {
                 return Ok(count);
@@ -89,6 +113,7 @@ impl EventFd {
             match source.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) => return Ok(0),
+                Some(libc::EOPNOTSUPP | libc::EINVAL) if nowait => nowait = false,
                 _ => return Err(os_err("drain", "an eventfd", source)),
             }
         }
@@ -183,5 +208,42 @@ mod tests {
         let ev = EventFd::from_fd(owned(raw)).unwrap();
         assert!(is_nonblocking(ev.as_fd()));
         assert_eq!(ev.drain().unwrap(), 0);
+    }
+
+    /// A peer that clears O_NONBLOCK on the description we share: an empty counter's drain
+    /// and a full counter's notify return at once (each would block on a plain read or
+    /// write), and the counter is as the peer left it, or drained.
+    #[test]
+    fn a_peer_that_makes_the_eventfd_blocking_cannot_block_notify_or_drain() {
+        let ev = EventFd::new().unwrap();
+        let peer = ev.try_clone().unwrap();
+        set_nonblocking_fd(peer.as_fd(), false, "the test's eventfd").unwrap();
+        assert!(!is_nonblocking(ev.as_fd()), "the flag is shared");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tx.send(ev.drain().unwrap()).unwrap();
+            // The largest count an eventfd holds: a write of 1 more would block.
+            let full: u64 = u64::MAX - 1;
+            // SAFETY: writes the 8 bytes of the live local `full` to the test's eventfd.
+            let n = unsafe {
+                libc::write(
+                    ev.fd.as_raw_fd(),
+                    (&full as *const u64).cast(),
+                    size_of::<u64>(),
+                )
+            };
+            assert_eq!(n, 8);
+            ev.notify().unwrap();
+            tx.send(ev.drain().unwrap()).unwrap();
+            tx.send(ev.drain().unwrap()).unwrap();
+        });
+        let within = |what| {
+            rx.recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("{what} blocked"))
+        };
+        assert_eq!(within("a drain of an empty counter"), 0);
+        assert_eq!(within("a notify of a full counter"), u64::MAX - 1);
+        assert_eq!(within("a drain after it"), 0);
+        t.join().unwrap();
     }
 }
