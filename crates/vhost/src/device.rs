@@ -155,9 +155,20 @@ impl Device {
     }
 
     /// [`Device::install`] for a request handler: a ring that has everything it needs but
-    /// cannot be set up (its areas outside the memory table) refuses the request.
-    fn install_or_refuse(&mut self) -> VuResult<()> {
-        self.install().map_err(|e| self.refuse(e))
+    /// cannot be set up (its areas outside the memory table) refuses the request if the
+    /// request is about it or it ran until now.
+    fn install_or_refuse(&mut self, touched: Touched) -> VuResult<()> {
+        let failed = self.install();
+        // A ring already waiting for its memory (a region removed under it) keeps waiting:
+        // a request about another ring, or about none, is not refused for it.
+        match failed
+            .into_iter()
+            .rev()
+            .find(|f| f.was_installed || touched == Touched::Ring(f.ring))
+        {
+            Some(f) => Err(self.refuse(f.why)),
+            None => Ok(()),
+        }
     }
 
     /// [`Device::install`] after ADD_MEM_REG or REM_MEM_REG, which are not refused for a ring
@@ -168,8 +179,11 @@ impl Device {
     /// holds its areas again; DPDK's vhost invalidates and re-translates its rings the same
     /// way.
     fn install_after_mem_slot_change(&mut self, what: &str) {
-        if let Err(e) = self.install() {
-            trace(format_args!("{what}: {e}: the ring waits for its memory"));
+        for f in self.install() {
+            trace(format_args!(
+                "{what}: {}: the ring waits for its memory",
+                f.why
+            ));
         }
     }
 
@@ -228,16 +242,16 @@ impl Device {
 
     /// Gives each queue its ring as the state now says, with the queues out of their bursts.
     /// A ring with a memory table, addresses and a kick whose areas are not where the table
-    /// says memory is gets no ring, and the last such failure is returned (the other rings
-    /// are installed all the same).
-    pub fn install(&mut self) -> Result<(), String> {
+    /// says memory is gets no ring, and is returned with why (the other rings are installed
+    /// all the same).
+    pub(crate) fn install(&mut self) -> Vec<NotInstalled> {
         let hdr_len = self.header_len();
         let mrg = self.acked & NET_F_MRG_RXBUF != 0;
         let event_idx = self.acked & F_EVENT_IDX != 0;
         let packed = self.acked & F_RING_PACKED != 0;
         let in_order = self.acked & F_IN_ORDER != 0;
         let mut conns: Vec<Option<VringConn>> = Vec::with_capacity(self.vrings.len());
-        let mut errors = Vec::new();
+        let mut failed = Vec::new();
         for (i, v) in self.vrings.iter_mut().enumerate() {
             if !v.started {
                 v.ring_id = 0;
@@ -258,7 +272,11 @@ impl Device {
                         enabled: v.enabled,
                     }),
                     Err(e) => {
-                        errors.push(format!("ring {i}: {e}"));
+                        failed.push(NotInstalled {
+                            ring: i,
+                            was_installed: v.installed,
+                            why: format!("ring {i}: {e}"),
+                        });
                         None
                     }
                 },
@@ -285,11 +303,25 @@ impl Device {
         let up = self.vrings.iter().any(|v| v.installed && v.enabled);
         // Release pairs with the Acquire in `VhostPort::link`.
         self.shared.link_up.store(up, Release);
-        match errors.pop() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        failed
     }
+}
+
+/// A ring [`Device::install`] could not set up.
+pub(crate) struct NotInstalled {
+    ring: usize,
+    /// It ran until this install (a ring waiting for its memory did not).
+    was_installed: bool,
+    why: String,
+}
+
+/// Which ring a request is about, for [`Device::install_or_refuse`]: a ring it touches that
+/// cannot be set up refuses it, as does any ring that ran until then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Touched {
+    Ring(usize),
+    /// The request is about the device (features, the memory table).
+    None,
 }
 
 /// A running ring's port-wide id, given the first time it is installed.
@@ -512,7 +544,7 @@ impl VhostUserBackendReqHandlerMut for Device {
                 v.enabled = true;
             }
         }
-        self.install_or_refuse()
+        self.install_or_refuse(Touched::None)
     }
 
     fn set_mem_table(
@@ -542,7 +574,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         })?;
         let _drained = self.drain_zero_copy("set_mem_table");
         let old = self.mem.replace(Arc::new(table));
-        let installed = self.install_or_refuse();
+        let installed = self.install_or_refuse(Touched::None);
         self.release(old);
         installed?;
         Ok(None)
@@ -585,7 +617,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             avail: available,
             used,
         });
-        self.install_or_refuse()
+        self.install_or_refuse(Touched::Ring(index as usize))
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
@@ -615,7 +647,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         self.vring(index)?;
         let _drained = self.drain_zero_copy("get_vring_base");
         self.vring(index)?.started = false;
-        self.install_or_refuse()?;
+        self.install_or_refuse(Touched::Ring(index as usize))?;
         let packed = self.acked & F_RING_PACKED != 0;
         let v = self.vring(index)?;
         let num = if packed {
@@ -637,7 +669,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         let v = self.vring(index as u32)?;
         v.kick = kick;
         v.started = true;
-        self.install_or_refuse()
+        self.install_or_refuse(Touched::Ring(index as usize))
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
@@ -647,7 +679,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         ));
         let call = self.eventfd(index, "call", fd)?;
         self.vring(index as u32)?.call = call;
-        self.install_or_refuse()
+        self.install_or_refuse(Touched::Ring(index as usize))
     }
 
     fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
@@ -692,7 +724,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         self.vring(index)?;
         let _drained = (!enable).then(|| self.drain_zero_copy("set_vring_enable 0"));
         self.vring(index)?.enabled = enable;
-        self.install_or_refuse()
+        self.install_or_refuse(Touched::Ring(index as usize))
     }
 
     fn get_config(

@@ -22,6 +22,13 @@ use memnic_shm::{Region, ShmError};
 /// up to what GET_MAX_MEM_SLOTS announced).
 pub const MAX_MEM_SLOTS: usize = 32;
 
+/// The most bytes one frontend's memory table maps, all regions together (each mapped from
+/// its file's start: `mmap_offset + memory_size`): a frontend could otherwise take most of the
+/// process's address space with sparse files (32 regions of terabytes), after which our own
+/// allocations fail. 16 TiB is past any guest QEMU runs with vhost-user here; the user address
+/// space is 128 TiB.
+pub const MAX_MAPPED: u64 = 16 << 40;
+
 /// One region as the frontend describes it (`VhostUserMemoryRegion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RegionDesc {
@@ -38,6 +45,8 @@ pub enum MemError {
     TooMany(usize),
     #[error("{regions} memory regions but {fds} file descriptors")]
     FdCount { regions: usize, fds: usize },
+    #[error("memory regions of {total:#x} bytes in all (mmap_offset included), more than the {MAX_MAPPED:#x} one frontend may map")]
+    TooLarge { total: u128 },
     #[error("memory region at guest address {0:#x} is empty")]
     Empty(u64),
     #[error("memory region at guest address {gpa:#x} (size {size:#x}, offset {offset:#x}) wraps the address space")]
@@ -140,6 +149,11 @@ impl MemTable {
     pub fn with(&self, desc: RegionDesc, file: File) -> Result<MemTable, MemError> {
         if self.regions.len() >= MAX_MEM_SLOTS {
             return Err(MemError::TooMany(self.regions.len() + 1));
+        }
+        let mapped = |d: &RegionDesc| u128::from(d.mmap_offset) + u128::from(d.memory_size);
+        let total = self.regions.iter().map(|r| mapped(&r.desc)).sum::<u128>() + mapped(&desc);
+        if total > u128::from(MAX_MAPPED) {
+            return Err(MemError::TooLarge { total });
         }
         let new = GuestRegion::map(desc, OwnedFd::from(file))?;
         let mut regions: Vec<GuestRegion> = self.regions.iter().map(GuestRegion::share).collect();

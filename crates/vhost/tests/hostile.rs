@@ -511,6 +511,16 @@ fn bad_memory_tables_are_refused_and_the_next_frontend_is_served() {
             }),
         ),
         (
+            // Checked before anything is mapped: a sparse file of that size would be mapped.
+            "regions of more than 16 TiB in all",
+            "more than the 0x100000000000 one frontend may map",
+            Box::new(|r, g| {
+                r.hello(0);
+                let t = memtable(2, &[(0, S, UVA, 0), (S, 16 << 40, UVA + S, 0)]);
+                r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd(), g.fd.as_raw_fd()]);
+            }),
+        ),
+        (
             "a region larger than its fd",
             "memory region at guest address 0x0",
             Box::new(|r, g| {
@@ -1759,4 +1769,40 @@ fn memory_regions_added_and_removed_while_frames_move() {
     let why = b.tp.wait_disconnects(b.lost);
     assert!(why.contains("more than the 32 supported"), "{why}");
     b.next_is_served("after ADD_MEM_REG past the slots");
+}
+
+/// Both rings wait for their memory after REM_MEM_REG of the region that holds them; the
+/// frontend then stops them one by one (as QEMU does after removing memory): each
+/// GET_VRING_BASE is answered with where its ring stopped, though the other ring still cannot
+/// be set up, and the connection stays. (It was closed: any ring that could not be set up
+/// refused every request.)
+#[test]
+fn rings_waiting_for_their_memory_do_not_refuse_requests_about_other_rings() {
+    let mut b = Bench::new("hostile-wait", Duration::from_secs(5));
+    let g = Guest::new();
+    let s = Setup {
+        reply_ack: true,
+        features: 0,
+        vqs: vec![TXQ, RXQ],
+        base: 0,
+    };
+    let slots = vhost::vhost_user::message::VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+    let mut f = connect_with(&b.tp.path, &g, &b.kick, &s, slots);
+    let (a, l) = g.frame(0, 60, 0x31);
+    g.desc(0, d(a, l, 0, 0));
+    g.offer(0, 0);
+    poll(&mut *b.rxq, &mut b.got, "a frame", |v| v.len() == 1);
+    let reg = vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0,
+        memory_size: SIZE as u64,
+        userspace_addr: UVA,
+        mmap_offset: 0,
+        mmap_handle: g.fd.as_raw_fd(),
+    };
+    f.remove_mem_region(&reg)
+        .expect("acknowledged: the rings wait");
+    assert_eq!(f.get_vring_base(1).expect("ring 1 stops"), 1);
+    assert_eq!(f.get_vring_base(0).expect("ring 0 stops"), 0);
+    assert_eq!(b.tp.port.disconnects(), 0, "the connection stays");
+    b.hang_up_and_serve_the_next(f, "after the rings stopped");
 }
