@@ -152,6 +152,22 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         &[blank.fd().unwrap()],
     );
     assert!(matches!(f.recv(), Some(Msg::Ack)));
+    for (dir, at) in [(RingDirection::C2S, 0), (RingDirection::S2C, 1 << 16)] {
+        f.send(&add_ring(dir, 0, at, 10).encode(), &[ev.as_fd()]);
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+    }
+    f.send(
+        &Msg::Connect {
+            if_name: Name::truncated("x"),
+        }
+        .encode(),
+        &[],
+    );
+    f.expect_disconnect("Wrong ring");
+
+    // CONNECT without a ring each way: the link would be up with nothing to move frames on.
+    let mut f = Fake::connect(s);
+    f.init_with_region(&reg);
     f.send(
         &add_ring(RingDirection::C2S, 0, 0, 10).encode(),
         &[ev.as_fd()],
@@ -164,7 +180,22 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         .encode(),
         &[],
     );
-    f.expect_disconnect("Wrong ring");
+    f.expect_disconnect("No S2C ring");
+
+    // A region past what one peer may make us map (a sparse file), refused before mapping.
+    let huge = Region::memfd("huge", 1 << 20, false).unwrap();
+    let size = memnic_shm::MAX_PEER_BYTES + 4096;
+    std::fs::File::from(huge.fd().unwrap().try_clone_to_owned().unwrap())
+        .set_len(size)
+        .unwrap();
+    let mut f = Fake::connect(s);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(
+        &Msg::AddRegion(AddRegion { index: 0, size }).encode(),
+        &[huge.fd().unwrap()],
+    );
+    f.expect_disconnect("Regions too large");
 
     // After all that, a well-formed client still connects.
     let good = connect_good(s, &region(1 << 20), &ev);

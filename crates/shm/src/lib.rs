@@ -55,7 +55,7 @@ pub mod unix;
 mod volatile;
 
 pub use region::{store_fence, Backing, Region, HUGE_PAGE_SIZE};
-pub use sigbus::MAX_PEER_MAPPINGS;
+pub use sigbus::{MAX_PEER_BYTES, MAX_PEER_MAPPINGS};
 pub use volatile::VolatileSlice;
 
 /// Errors of this crate: each names the object and what went wrong.

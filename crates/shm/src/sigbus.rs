@@ -55,6 +55,13 @@ use std::sync::OnceLock;
 
 use crate::{Result, ShmError};
 
+/// The most bytes one peer (a memif connection, a vhost-user frontend) may have us map, all
+/// its regions together, checked before mapping: a peer could otherwise take most of the
+/// process's address space with sparse files (terabytes each), after which our own
+/// allocations fail. 16 TiB is past any guest or buffer area seen in practice; the user
+/// address space is 128 TiB.
+pub const MAX_PEER_BYTES: u64 = 16 << 40;
+
 /// How many peer-controlled mappings can be protected at once. Creating one more fails with
 /// [`ShmError::TooManyPeerMappings`].
 pub const MAX_PEER_MAPPINGS: usize = 1024;

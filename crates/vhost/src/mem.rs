@@ -23,11 +23,8 @@ use memnic_shm::{Region, ShmError};
 pub const MAX_MEM_SLOTS: usize = 32;
 
 /// The most bytes one frontend's memory table maps, all regions together (each mapped from
-/// its file's start: `mmap_offset + memory_size`): a frontend could otherwise take most of the
-/// process's address space with sparse files (32 regions of terabytes), after which our own
-/// allocations fail. 16 TiB is past any guest QEMU runs with vhost-user here; the user address
-/// space is 128 TiB.
-pub const MAX_MAPPED: u64 = 16 << 40;
+/// its file's start: `mmap_offset + memory_size`).
+pub const MAX_MAPPED: u64 = memnic_shm::MAX_PEER_BYTES;
 
 /// One region as the frontend describes it (`VhostUserMemoryRegion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

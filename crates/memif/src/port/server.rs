@@ -13,7 +13,7 @@ use memnic_shm::unix::EventFd;
 use memnic_shm::Region;
 
 use super::{Handshake, MemifPort, Phase, Refusal, Session, MAX_QUEUES};
-use crate::msg::{self, Msg, Name};
+use crate::msg::{self, Msg, Name, RingDirection};
 use crate::queue::{Conn, Role};
 use crate::ring::{Regions, Ring};
 
@@ -54,6 +54,11 @@ impl MemifPort {
                 let file = std::fs::File::from(fd);
                 let len = file.metadata().map(|m| m.len()).unwrap_or(0);
                 r.check_file_size(len)?;
+                let mapped: u64 = h.regions.iter().map(|r| r.len() as u64).sum();
+                // More than one peer may make us map (`MAX_PEER_BYTES`), all regions together.
+                if mapped.saturating_add(r.size) > memnic_shm::MAX_PEER_BYTES {
+                    return Err("Regions too large".into());
+                }
                 let region = Region::from_fd(file.into(), r.size as usize)
                     .map_err(|e| format!("Failed to map region: {e}"))?;
                 h.regions.push(Arc::new(region));
@@ -82,6 +87,13 @@ impl MemifPort {
         let Phase::Handshake(h) = &self.phase else {
             return Ok(());
         };
+        // A connection without a ring each way could never move a frame, yet would say the
+        // link is up.
+        for (dir, what) in [(RingDirection::C2S, "C2S"), (RingDirection::S2C, "S2C")] {
+            if !h.rings.iter().any(|(r, _)| r.direction == dir) {
+                return Err(format!("No {what} ring").into());
+            }
+        }
         let regions = Regions(h.regions.clone());
         for (r, irq) in &h.rings {
             let ring = Ring::checked(
