@@ -13,6 +13,7 @@ use memnic_shm::{Region, VolatileSlice};
 use crate::error::{DataError, PeerCounter};
 use crate::ring::{Desc, Regions, Ring, DESC_FLAG_NEXT};
 use crate::window::Window;
+use crate::MAX_FRAME_LEN;
 
 /// How many slots ahead of the copy their buffers are prefetched (measured: 8 beat 1 by 10-30%
 /// at 64 and 256 bytes, and is no worse at 1518).
@@ -89,10 +90,11 @@ pub(crate) fn receive<S: Source>(
     // where the copy takes its next segment from; a frame that finds none left allocates its
     // own, and the ones left over are freed at the end.
     let mut frames = 0usize;
+    let mut dropped = 0usize;
     if !S::PARKED {
         cache.alloc_up_to(pkts, usize::from(avail).min(max));
     }
-    while used < avail && frames < max {
+    while used < avail && frames + dropped < max {
         let first = used;
         let slot = win.slot(used);
         let d = ring.read_desc(slot);
@@ -102,7 +104,13 @@ pub(crate) fn receive<S: Source>(
             src.prefetch(ring, win.slot(pf_next));
             pf_next += 1;
         }
-        let mut keep = true;
+        // Copies stop at the longest frame a port takes: a longer one (a descriptor may say
+        // anything up to its region's size) is walked to its end without a copy, dropped and
+        // counted as an error; without the cap one burst could copy gigabytes and drain the
+        // pool.
+        let mut len = d.length as usize;
+        let mut too_long = !S::PARKED && len > MAX_FRAME_LEN;
+        let mut keep = !too_long;
         if S::PARKED {
             pkts.push(src.parked(slot, d, cache)?);
         } else {
@@ -133,6 +141,11 @@ pub(crate) fn receive<S: Source>(
                 let spare = pkts.pop().expect("a spare buffer");
                 cache.free(spare);
             }
+            len = len.saturating_add(d.length as usize);
+            if !S::PARKED && keep && len > MAX_FRAME_LEN {
+                too_long = true;
+                keep = false;
+            }
             src.check(slot, d)
                 .and_then(|_| src.add(&mut pkts[start + frames], slot, d, &mut keep, cache))?;
             flags = d.flags;
@@ -141,9 +154,15 @@ pub(crate) fn receive<S: Source>(
             bytes += pkts[start + frames].len() as u64;
             frames += 1;
         } else {
-            stats.nombuf += 1; // the pool ran dry in the middle of a chain: dropped
+            if too_long {
+                stats.errors += 1;
+            } else {
+                stats.nombuf += 1; // the pool ran dry in the middle of a chain: dropped
+            }
             let m = pkts.remove(start + frames);
             cache.free(m);
+            // A dropped frame counts toward `max` as well: a burst takes at most `max` frames.
+            dropped += 1;
         }
     }
     while pkts.len() > start + frames {
@@ -230,7 +249,7 @@ impl Source for FromRegions<'_> {
         };
         // A frame larger than one of our buffers continues in chained segments.
         *keep = *keep && m.extend_from(&src, cache);
-        if self.flush {
+        if self.flush && *keep {
             src.flush_lines();
         }
         Ok(())
@@ -306,7 +325,7 @@ impl Source for FromLayout<'_> {
     ) -> Result<(), DataError> {
         let bytes = self.bytes(slot, d);
         *keep = *keep && m.extend_from(&bytes, cache);
-        if self.flush {
+        if self.flush && *keep {
             bytes.flush_lines();
         }
         Ok(())

@@ -22,6 +22,10 @@ mod socket;
 pub mod window;
 mod writer;
 
+/// The longest frame a memif port sends or takes (its `max_frame_len`: 9000 bytes of MTU and
+/// an Ethernet header with a VLAN tag); received frames past it are dropped uncopied.
+pub const MAX_FRAME_LEN: usize = 9018;
+
 pub use error::DataError;
 pub use port::{MemifConfig, MemifError, MemifPort, DRIVER, PEER_SHRANK};
 pub use queue::Role;

@@ -369,3 +369,96 @@ fn pool() -> Mempool {
     c.huge = false;
     Mempool::new(&c).unwrap()
 }
+
+/// Descriptors may say any length inside their region: a frame longer than the port takes
+/// (one 16-KiB descriptor, or a chain adding up past it) is walked to its end without a copy,
+/// dropped and counted as an error, and the good frame behind it arrives; a burst takes at
+/// most `max` frames, dropped ones included. (One 12-MiB descriptor per slot made a burst of
+/// one frame copy until the pool ran dry, slot after slot.)
+#[test]
+fn frames_longer_than_the_port_takes_are_dropped_uncopied_and_count_toward_max() {
+    let sock = format!("/tmp/memnic-hostile-long-{}.sock", std::process::id());
+    let mut port = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
+    let mut c = PoolConfig::new("long", 2048);
+    c.huge = false;
+    c.count = 64;
+    let pool = Mempool::new(&c).unwrap();
+    let mut rx = port.take_rx_queue(0, &pool).unwrap();
+    let _tx = port.take_tx_queue(0, &pool).unwrap();
+    let port = Arc::new(std::sync::Mutex::new(port));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let service = {
+        let (p, s) = (port.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Relaxed) {
+                p.lock().unwrap().service();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    let reg = region(1 << 20);
+    let ev = EventFd::new().unwrap();
+    let f = connect_good(&sock, &reg, &ev);
+    let c2s = Ring::new(
+        Arc::new(
+            Region::from_fd(reg.fd().unwrap().try_clone_to_owned().unwrap(), reg.len()).unwrap(),
+        ),
+        0,
+        4,
+    )
+    .unwrap();
+    let desc = |slot: u16, flags: u16, length: u32, offset: u32| {
+        c2s.write_desc(
+            slot,
+            Desc {
+                flags,
+                region: 0,
+                length,
+                offset,
+            },
+        )
+    };
+    reg.write_bytes(0x80000, &[0x5a; 100]).unwrap();
+    desc(0, 0, 16 << 10, 0x10000);
+    desc(1, 1, 8000, 0x20000);
+    desc(2, 0, 8000, 0x30000);
+    desc(3, 0, 100, 0x80000);
+    c2s.head().store(4, Relaxed);
+
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // Bursts of one frame: the first takes the 16-KiB frame, the next the chain, then the
+    // good one.
+    let mut first = 0;
+    while c2s.tail().load(Relaxed) == 0 {
+        first = rx.rx_burst(&mut got, 1);
+        assert!(Instant::now() < deadline, "nothing taken within 5 s");
+    }
+    assert_eq!(
+        (first, c2s.tail().load(Relaxed)),
+        (0, 1),
+        "one dropped frame"
+    );
+    assert_eq!(rx.rx_burst(&mut got, 1), 0);
+    assert_eq!(c2s.tail().load(Relaxed), 3, "the dropped chain");
+    assert_eq!(rx.rx_burst(&mut got, 1), 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].to_vec(),
+        vec![0x5a; 100],
+        "the good frame, behind two dropped ones"
+    );
+    let s = rx.stats();
+    assert_eq!((s.packets, s.errors, s.nombuf), (1, 2, 0));
+    assert!(
+        s.bytes < 200,
+        "nothing of the long frames counted ({} bytes)",
+        s.bytes
+    );
+    assert_eq!(c2s.tail().load(Relaxed), 4);
+    drop(got);
+    stop.store(true, Relaxed);
+    service.join().unwrap();
+    drop(f);
+    let _ = std::fs::remove_file(&sock);
+}

@@ -456,7 +456,7 @@ impl Port for MemifPort {
             driver: "net_memif",
             name: self.name.clone(),
             mac: self.cfg.mac,
-            max_frame_len: 9018,
+            max_frame_len: crate::MAX_FRAME_LEN as u32,
             max_rx_queues: MAX_QUEUES,
             max_tx_queues: MAX_QUEUES,
         }
