@@ -182,6 +182,34 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
     );
     f.expect_disconnect("No S2C ring");
 
+    // A region in a plain file (not memfd, tmpfs or hugetlbfs): refused before we ask its
+    // filesystem anything (one the peer serves, FUSE, could hang us).
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-region");
+    let plain = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    plain.set_len(1 << 20).unwrap();
+    if !Region::is_shared_memory_fd(plain.as_fd()) {
+        let mut f = Fake::connect(s);
+        f.init(0);
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        f.send(
+            &Msg::AddRegion(AddRegion {
+                index: 0,
+                size: 1 << 20,
+            })
+            .encode(),
+            &[plain.as_fd()],
+        );
+        f.expect_disconnect("Region fd is not shared memory");
+    }
+    drop(plain);
+    let _ = std::fs::remove_file(&path);
+
     // A region past what one peer may make us map (a sparse file), refused before mapping.
     let huge = Region::memfd("huge", 1 << 20, false).unwrap();
     let size = memnic_shm::MAX_PEER_BYTES + 4096;

@@ -347,6 +347,16 @@ impl Region {
         )
     }
 
+    /// Whether `fd` is shared memory: a memfd or a file of tmpfs or hugetlbfs (the files that
+    /// can carry seals). Asked of the file's type only, so it never waits on a filesystem: a
+    /// file a peer serves itself (FUSE) could make our next `fstat` or page fault wait for
+    /// ever.
+    pub fn is_shared_memory_fd(fd: BorrowedFd<'_>) -> bool {
+        // SAFETY: fcntl(F_GET_SEALS) on a live descriptor borrowed for the call; no memory
+        // arguments.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) >= 0 }
+    }
+
     /// Maps `len` bytes of a shared-memory fd received from a peer (memif regions).
     ///
     /// Its seals are read first (`F_GET_SEALS`; a file that cannot be sealed has none). Sealed

@@ -6,7 +6,7 @@
 //! come in order), and one ring per direction and queue (an index below our queue count, no
 //! repeat), each with one eventfd.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use memnic_shm::unix::EventFd;
@@ -51,6 +51,11 @@ impl MemifPort {
             Msg::AddRegion(r) if h.inited => {
                 r.check_next(h.regions.len())?;
                 let fd = fd.ok_or("Missing region fd")?;
+                // memfd or hugetlbfs, as DPDK and VPP send: anything else is asked about
+                // nothing more (a file on a filesystem the peer serves could hang us).
+                if !Region::is_shared_memory_fd(fd.as_fd()) {
+                    return Err("Region fd is not shared memory".into());
+                }
                 let file = std::fs::File::from(fd);
                 let len = file.metadata().map(|m| m.len()).unwrap_or(0);
                 r.check_file_size(len)?;
