@@ -201,8 +201,10 @@ impl GuestPort {
                 std::thread::sleep(Duration::from_micros(50));
             }
             let agreed = region.u32(HDR_FRAMESZ).load(Relaxed);
+            // An honest host answers what we asked for or 1518 (spec §4); anything else, even
+            // a size within the limits, is not what we set our buffers up for: 1518.
             let framesz = match want {
-                Some(_) if (MAX_FRAME_LEN..=MAX_JUMBO_FRAME_LEN).contains(&agreed) => agreed,
+                Some(w) if agreed == w && (MAX_FRAME_LEN..=MAX_JUMBO_FRAME_LEN).contains(&w) => w,
                 _ => MAX_FRAME_LEN,
             };
             // Relaxed: published to the queues by the gate's Release when the reset ends.
@@ -460,7 +462,11 @@ impl GuestRxQueue {
         let region = &*self.region;
         let mut idx = self.idx;
         let mut n = 0;
-        while n < max {
+        // Every slot taken counts toward `max`, good or bad (as the 2014 PMD's loop did): a
+        // host refilling bad slots as fast as we free them would otherwise keep one burst
+        // going for ever.
+        let mut taken = 0;
+        while taken < max {
             let off = slot_off(Dir::Up, idx);
             if !slot::is_filled(region.u32(off)) {
                 break;
@@ -486,6 +492,7 @@ impl GuestRxQueue {
             }
             slot::release(region.u32(off));
             idx = next(idx);
+            taken += 1;
         }
         self.idx = idx;
         self.stats.packets += n as u64;
@@ -498,7 +505,11 @@ impl GuestRxQueue {
         let region = &*self.region;
         let mut idx = self.idx;
         let mut n = 0;
-        while n < max {
+        // Every slot taken counts toward `max`, good or bad (as the 2014 PMD's loop did): a
+        // host refilling bad slots as fast as we free them would otherwise keep one burst
+        // going for ever.
+        let mut taken = 0;
+        while taken < max {
             let off = slot_off(Dir::Up, idx);
             if !slot::is_filled(region.u32(off)) {
                 break;
@@ -524,6 +535,7 @@ impl GuestRxQueue {
             fence(Ordering::SeqCst);
             region.u32(off).store(PKT_ST_FREE, Relaxed);
             idx = next(idx);
+            taken += 1;
         }
         self.idx = idx;
         self.stats.packets += n as u64;

@@ -59,16 +59,27 @@ pub fn init_region(region: &Region, frame_size_feature: bool) -> Result<MacAddr,
     // Acquire pairs with the Release store of `magic` below, by an earlier host.
     let fresh = region.u32(HDR_MAGIC).load(Acquire) != MAGIC
         || region.u32(HDR_VERSION).load(Relaxed) != VERSION_1;
-    if fresh {
-        let mut mac = rand::random::<u64>().to_le_bytes();
-        mac[0] = (mac[0] & !1) | 2; // unicast, locally administered
-        write_header(region, MacAddr(mac[..6].try_into().expect("6 bytes")));
-    }
+    // The MAC a restarted host keeps is read once; the guest can write the header too, so one
+    // that is no unicast address of a port (multicast, broadcast, zero) is not taken over.
+    let kept = (!fresh).then(|| read_mac(region)).filter(|m| {
+        let zero = m.0 == [0; 6];
+        m.0[0] & 1 == 0 && !zero
+    });
+    let mac = match kept {
+        Some(mac) => mac,
+        None => {
+            let mut mac = rand::random::<u64>().to_le_bytes();
+            mac[0] = (mac[0] & !1) | 2; // unicast, locally administered
+            let mac = MacAddr(mac[..6].try_into().expect("6 bytes"));
+            write_header(region, mac);
+            mac
+        }
+    };
     // Relaxed: the features word is read by the guest after it sees valid (Release below later).
     region.u32(HDR_FEATURES).store(features, Relaxed);
     region.u32(HDR_VALID).store(0, Release);
     sweep(region);
-    Ok(read_mac(region))
+    Ok(mac)
 }
 
 /// Lays out a fresh v1 header with `mac` and empty ring info (not valid yet).
