@@ -63,57 +63,45 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
     f.send(&m, &[]);
     f.expect_disconnect("Incompatible memif version");
 
-    let mut f = Fake::connect(s);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion {
+    refuse_region(
+        s,
+        AddRegion {
             index: 0,
             size: 1 << 20,
-        })
-        .encode(),
+        },
         &[],
+        "Missing region fd",
     );
-    f.expect_disconnect("Missing region fd");
 
-    let mut f = Fake::connect(s);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion {
+    refuse_region(
+        s,
+        AddRegion {
             index: 0,
             size: 1 << 20,
-        })
-        .encode(),
+        },
         &[reg.fd().unwrap(), ev.as_fd()],
+        "Unexpected file descriptor",
     );
-    f.expect_disconnect("Unexpected file descriptor");
 
-    let mut f = Fake::connect(s);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion {
+    refuse_region(
+        s,
+        AddRegion {
             index: 0,
             size: 2 << 20,
-        })
-        .encode(),
+        },
         &[reg.fd().unwrap()],
+        "Invalid region size",
     );
-    f.expect_disconnect("Invalid region size");
 
-    let mut f = Fake::connect(s);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion {
+    refuse_region(
+        s,
+        AddRegion {
             index: 1,
             size: 1 << 20,
-        })
-        .encode(),
+        },
         &[reg.fd().unwrap()],
+        "Invalid region index",
     );
-    f.expect_disconnect("Invalid region index");
 
     // Rings: outside the region, missing eventfd, a wrong cookie at CONNECT.
     for (ring, fd_too, reason) in [
@@ -184,31 +172,20 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
 
     // A region in a plain file (not memfd, tmpfs or hugetlbfs): refused before we ask its
     // filesystem anything (one the peer serves, FUSE, could hang us).
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-region");
-    let plain = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    plain.set_len(1 << 20).unwrap();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let plain = memnic_test_support::unlinked_file(dir, "plain-region", 1 << 20);
     if !Region::is_shared_memory_fd(plain.as_fd()) {
-        let mut f = Fake::connect(s);
-        f.init(0);
-        assert!(matches!(f.recv(), Some(Msg::Ack)));
-        f.send(
-            &Msg::AddRegion(AddRegion {
+        refuse_region(
+            s,
+            AddRegion {
                 index: 0,
                 size: 1 << 20,
-            })
-            .encode(),
+            },
             &[plain.as_fd()],
+            "Region fd is not shared memory",
         );
-        f.expect_disconnect("Region fd is not shared memory");
     }
     drop(plain);
-    let _ = std::fs::remove_file(&path);
 
     // A region past what one peer may make us map (a sparse file), refused before mapping.
     let huge = Region::memfd("huge", 1 << 20, false).unwrap();
@@ -216,14 +193,8 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
     std::fs::File::from(huge.fd().unwrap().try_clone_to_owned().unwrap())
         .set_len(size)
         .unwrap();
-    let mut f = Fake::connect(s);
-    f.init(0);
-    assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::AddRegion(AddRegion { index: 0, size }).encode(),
-        &[huge.fd().unwrap()],
-    );
-    f.expect_disconnect("Regions too large");
+    let huge_region = AddRegion { index: 0, size };
+    refuse_region(s, huge_region, &[huge.fd().unwrap()], "Regions too large");
 
     // After all that, a well-formed client still connects.
     let good = connect_good(s, &region(1 << 20), &ev);
@@ -489,4 +460,14 @@ fn frames_longer_than_the_port_takes_are_dropped_uncopied_and_count_toward_max()
     service.join().unwrap();
     drop(f);
     let _ = std::fs::remove_file(&sock);
+}
+
+/// A fresh client says INIT (acknowledged), then offers `region` with `fds`, and is refused
+/// with `reason`.
+fn refuse_region(s: &str, region: AddRegion, fds: &[std::os::fd::BorrowedFd<'_>], reason: &str) {
+    let mut f = Fake::connect(s);
+    f.init(0);
+    assert!(matches!(f.recv(), Some(Msg::Ack)));
+    f.send(&Msg::AddRegion(region).encode(), fds);
+    f.expect_disconnect(reason);
 }

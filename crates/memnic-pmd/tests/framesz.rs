@@ -7,7 +7,10 @@
 
 use memnic_test_support as common;
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Relaxed, Release},
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -432,32 +435,45 @@ fn host_rx_with_small_buffers_counts_jumbo_frames_as_errors() {
     assert_eq!(statuses(&region, Dir::Down, 2), [PKT_ST_FREE, PKT_ST_FREE]);
 }
 
+/// A guest attached to `region` while a raw host answers its reset with `answer`.
+fn attach_with(cfg: &GuestConfig, region: &Region, answer: impl Fn(&Region) + Sync) -> GuestPort {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Relaxed) {
+                if reset_requested(region) {
+                    answer(region);
+                }
+                std::thread::yield_now();
+            }
+        });
+        let g = GuestPort::attach("g", cfg);
+        stop.store(true, Relaxed);
+        g
+    })
+    .expect("attach")
+}
+
+/// A fresh region (`tag`), its host played raw: a guest of variant `v` attached while resets
+/// are served.
+fn served_guest(tag: &str, v: Variant) -> (ShmName, Arc<Region>, GuestPort) {
+    let shm = ShmName::new(tag);
+    let region = Arc::new(Region::create_shared(shm.name(), AREA_SIZE, 0o600).unwrap());
+    init_region(&region, true).unwrap();
+    let mut cfg = GuestConfig::new(shm.name());
+    cfg.variant = v;
+    let guest = attach_with(&cfg, &region, |r| {
+        serve_reset(r, true);
+    });
+    (shm, region, guest)
+}
+
 /// A raw host feeds the guest bad lengths, for each guest variant.
 #[test]
 fn poll_guest_rx_counts_bad_lengths_and_frees_the_slots() {
     let _serial = common::serial();
     for v in Variant::ALL {
-        let shm = ShmName::new("fs-guestbad");
-        let region = Arc::new(Region::create_shared(shm.name(), AREA_SIZE, 0o600).unwrap());
-        init_region(&region, true).unwrap();
-        // The raw host: serve resets until the guest is attached.
-        let stop = AtomicBool::new(false);
-        let mut cfg = GuestConfig::new(shm.name());
-        cfg.variant = v;
-        let mut guest = std::thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(Relaxed) {
-                    if reset_requested(&region) {
-                        serve_reset(&region, true);
-                    }
-                    std::thread::yield_now();
-                }
-            });
-            let g = GuestPort::attach("g", &cfg);
-            stop.store(true, Relaxed);
-            g
-        })
-        .expect("attach");
+        let (_shm, region, mut guest) = served_guest("fs-guestbad", v);
         let pool = common::pool("guest", 256, 2048);
         let mut rxq = guest.take_rx_queue(0, &pool).unwrap();
         let bads = [1519u32, 0, 4088, 4089, u32::MAX];
@@ -693,4 +709,49 @@ fn poll_host_service_serves_a_reset_without_an_rx_queue() {
         rx.poll(&mut *grx);
         assert!(Instant::now() < deadline, "stalled at {} frames", rx.count);
     }
+}
+
+/// Every slot of the host-to-guest ring FILLED with length 0: one burst of at most one frame
+/// takes one slot, in every variant (the 2014 ones took the whole ring, and a host refilling
+/// the slots as fast as they were freed kept that burst going for ever).
+#[test]
+fn a_burst_takes_at_most_max_slots_however_many_are_bad() {
+    let _serial = common::serial();
+    for v in Variant::ALL {
+        let (_shm, region, mut guest) = served_guest("raw-bad", v);
+        let pool = common::pool("raw-bad", 256, 2048);
+        let mut rxq = guest.take_rx_queue(0, &pool).unwrap();
+        for i in 0..NR_PACKET {
+            let off = slot_off(Dir::Up, i);
+            region.u32(off + SLOT_LEN).store(0, Relaxed);
+            region.u32(off).store(PKT_ST_FILLED, Release);
+        }
+        let mut got = Vec::new();
+        assert_eq!(rxq.rx_burst(&mut got, 1), 0, "{v:?}");
+        assert_eq!(rxq.stats().errors, 1, "{v:?}: one slot taken");
+        assert_eq!(rxq.rx_burst(&mut got, 4), 0, "{v:?}");
+        assert_eq!(rxq.stats().errors, 5, "{v:?}: four more");
+    }
+}
+
+/// A host that answers a request for 2000-byte frames with 4088 (an honest one answers 2000 or
+/// 1518): the guest keeps 1518.
+#[test]
+fn a_frame_size_the_guest_did_not_ask_for_falls_back_to_1518() {
+    let _serial = common::serial();
+    let shm = ShmName::new("raw-fsz");
+    let region = Region::create_shared(shm.name(), AREA_SIZE, 0o600).unwrap();
+    init_region(&region, true).unwrap();
+    let mut cfg = GuestConfig::new(shm.name());
+    cfg.framesz = Some(2000);
+    let answer = |r: &Region, size: u32| {
+        r.u32(HDR_FRAMESZ).store(size, Relaxed);
+        r.u32(HDR_RESET).store(0, Release);
+        r.u32(HDR_VALID).store(1, Release);
+    };
+    let guest = attach_with(&cfg, &region, |r| answer(r, 4088));
+    assert_eq!(guest.framesz(), 1518);
+    drop(guest);
+    let guest = attach_with(&cfg, &region, |r| answer(r, 2000));
+    assert_eq!(guest.framesz(), 2000, "what it asked for is taken");
 }

@@ -313,3 +313,33 @@ fn poll_guest_reset_sets_valid() {
     assert!(guest.link().up && host.link().up);
     assert_eq!(host.resets(), 1);
 }
+
+/// A guest wrote a broadcast (then an all-zero) address into the header: a restarted host
+/// makes itself a new unicast MAC instead of taking it over; a good one it keeps.
+#[test]
+fn a_restarted_host_keeps_only_a_unicast_mac_from_the_header() {
+    let _serial = common::serial();
+    let shm = ShmName::new("raw-mac");
+    let cfg = HostConfig::new(shm.name());
+    let first = HostPort::create("h", &cfg).unwrap();
+    let mac = first.info().mac;
+    drop(first);
+    let again = HostPort::create("h", &cfg).unwrap();
+    assert_eq!(again.info().mac, mac, "a good MAC is kept");
+    for bad in [[0xff; 6], [0; 6], [0x01, 0, 0x5e, 0, 0, 1]] {
+        again.region().write_bytes(HDR_MAC, &bad).unwrap();
+        let h = HostPort::create("h", &cfg).unwrap();
+        let m = h.info().mac.0;
+        assert!(
+            m != bad && m[0] & 1 == 0 && m != [0; 6],
+            "{bad:x?} -> {m:x?}"
+        );
+        assert_eq!(region_mac(&h), m, "the header says the new one");
+    }
+}
+
+fn region_mac(h: &HostPort) -> [u8; 6] {
+    let mut m = [0u8; 6];
+    h.region().read_bytes(HDR_MAC, &mut m).unwrap();
+    m
+}

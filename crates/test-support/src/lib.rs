@@ -135,6 +135,22 @@ impl Drop for TestDir {
     }
 }
 
+/// A plain file of `len` bytes in `dir` (not a memfd: unsealed, on whatever filesystem `dir`
+/// is), unlinked at once; the descriptor keeps it.
+pub fn unlinked_file(dir: &std::path::Path, tag: &str, len: u64) -> std::fs::File {
+    let path = dir.join(format!("memnic-{tag}-{}", std::process::id()));
+    let f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f.set_len(len).unwrap();
+    f
+}
+
 /// A private pool (no hugepages) whose buffers hold `data_room` bytes.
 pub fn pool(name: &str, count: u32, data_room: u32) -> Mempool {
     pool_of(name, count, data_room, false)

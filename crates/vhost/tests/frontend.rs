@@ -510,23 +510,18 @@ impl CallRig {
         poll(&mut *self.rig.rxq, &mut self.got, what, |v| v.len() == want);
     }
 
+    /// Leaves the queue owing a call check: one frame taken while the driver has calls off.
+    fn owe_a_check(&mut self) {
+        self.calls(false);
+        self.send_and_take("a frame with calls off");
+    }
+
     fn burst(&mut self) {
         self.rig.rxq.rx_burst(&mut self.got, 32);
     }
 
     fn called(&self) -> bool {
         called(&self.call)
-    }
-
-    /// The ring's one memory region, as SET_MEM_TABLE gave it.
-    fn region(&self) -> VhostUserMemoryRegionInfo {
-        VhostUserMemoryRegionInfo {
-            guest_phys_addr: 0,
-            memory_size: SIZE as u64,
-            userspace_addr: UVA,
-            mmap_offset: 0,
-            mmap_handle: self.rig.g.fd.as_raw_fd(),
-        }
     }
 }
 
@@ -542,8 +537,7 @@ fn a_call_skipped_while_calls_were_off_is_made_at_the_next_poll_once_they_are_on
     for packed in [true, false] {
         let mut r = CallRig::new(if packed { "fe8p" } else { "fe8s" }, packed);
         let what = r.what();
-        r.calls(false);
-        r.send_and_take("a frame with calls off");
+        r.owe_a_check();
         r.burst();
         assert!(!r.called(), "{what}: no call while calls are off");
         r.send_and_take("a second frame");
@@ -567,8 +561,7 @@ fn a_call_skipped_while_calls_were_off_is_made_when_the_ring_stops_before_the_ne
             let tag = format!("fe9{}{}", u8::from(packed), u8::from(on));
             let mut r = CallRig::new(&tag, packed);
             let what = format!("{}, calls {}", r.what(), if on { "on" } else { "off" });
-            r.calls(false);
-            r.send_and_take("a frame with calls off");
+            r.owe_a_check();
             assert!(!r.called(), "{what}: no call while calls are off");
             r.calls(on);
             let pos = r.f.get_vring_base(1).unwrap();
@@ -598,8 +591,7 @@ fn a_deferred_call_is_made_once_whether_its_ring_goes_on_or_leaves_and_comes_bac
     for packed in [true, false] {
         let mut r = CallRig::new(if packed { "fe10p" } else { "fe10s" }, packed);
         let what = r.what();
-        r.calls(false);
-        r.send_and_take("a frame with calls off");
+        r.owe_a_check();
         r.calls(true);
         let new = call_fd();
         r.f.set_vring_call(1, &new).unwrap();
@@ -611,12 +603,11 @@ fn a_deferred_call_is_made_once_whether_its_ring_goes_on_or_leaves_and_comes_bac
         assert!(!called(&new) && !r.called(), "{what}: once");
 
         r.call = new;
-        r.calls(false);
-        r.send_and_take("a frame with calls off, again");
+        r.owe_a_check();
         r.calls(true);
-        r.f.remove_mem_region(&r.region()).unwrap();
+        r.f.remove_mem_region(&r.rig.g.region()).unwrap();
         assert!(r.called(), "{what}: the ring taken away: called then");
-        r.f.add_mem_region(&r.region()).unwrap();
+        r.f.add_mem_region(&r.rig.g.region()).unwrap();
         r.burst();
         r.burst();
         assert!(!r.called(), "{what}: the ring back: nothing owed");
@@ -624,8 +615,7 @@ fn a_deferred_call_is_made_once_whether_its_ring_goes_on_or_leaves_and_comes_bac
         assert!(r.called(), "{what}: calls go on");
 
         // A queue about to sleep makes the check itself; the ring stopped then owes nothing.
-        r.calls(false);
-        r.send_and_take("a frame with calls off, once more");
+        r.owe_a_check();
         r.calls(true);
         r.rig.rxq.wait(Duration::from_millis(1));
         assert!(r.called(), "{what}: the queue calls before it sleeps");

@@ -564,13 +564,18 @@ fn bad_memory_tables_are_refused_and_the_next_frontend_is_served() {
 fn ring(r: &mut Raw, g: &Guest, num: u32, desc: u64, used: u64, avail: u64) {
     r.hello(0);
     r.mem(g);
+    start_ring(r, num, (desc, used, avail), 0);
+}
+
+/// Ring 1 with size `num`, its areas at `(desc, used, avail)` from UVA, started at `base`.
+fn start_ring(r: &mut Raw, num: u32, (desc, used, avail): (u64, u64, u64), base: u32) {
     r.send(SET_VRING_NUM, &state(1, num), &[]);
     r.send(
         SET_VRING_ADDR,
         &addr(1, UVA + desc, UVA + used, UVA + avail),
         &[],
     );
-    r.send(SET_VRING_BASE, &state(1, 0), &[]);
+    r.send(SET_VRING_BASE, &state(1, base), &[]);
     r.send(SET_VRING_KICK, &u64p(1 | NO_FD), &[]);
 }
 
@@ -678,14 +683,7 @@ fn bad_ring_set_ups_are_refused_and_the_next_frontend_is_served() {
                 r.hello(0);
                 let t = memtable(1, &[(0, S - 4096, UVA, 1)]);
                 r.send(SET_MEM_TABLE, &t, &[g.fd.as_raw_fd()]);
-                r.send(SET_VRING_NUM, &state(1, 8), &[]);
-                r.send(
-                    SET_VRING_ADDR,
-                    &addr(1, UVA, UVA + 0x2000, UVA + 0x1000),
-                    &[],
-                );
-                r.send(SET_VRING_BASE, &state(1, 0), &[]);
-                r.send(SET_VRING_KICK, &u64p(1 | NO_FD), &[]);
+                start_ring(r, 8, (0, 0x2000, 0x1000), 0);
             }),
         ),
         (
@@ -695,14 +693,7 @@ fn bad_ring_set_ups_are_refused_and_the_next_frontend_is_served() {
             Box::new(|r, g| {
                 r.hello(RING_PACKED);
                 r.mem(g);
-                r.send(SET_VRING_NUM, &state(1, 8), &[]);
-                r.send(
-                    SET_VRING_ADDR,
-                    &addr(1, UVA, UVA + 0x2000, UVA + 0x1000),
-                    &[],
-                );
-                r.send(SET_VRING_BASE, &state(1, 0x8000), &[]);
-                r.send(SET_VRING_KICK, &u64p(1 | NO_FD), &[]);
+                start_ring(r, 8, (0, 0x2000, 0x1000), 0x8000);
                 r.send(SET_VRING_NUM, &state(1, 8), &[]);
                 r.send(SET_VRING_NUM, &state(1, 2), &[]);
             }),
@@ -1631,16 +1622,7 @@ fn memory_regions_added_and_removed_while_frames_move() {
 
     // (a) A region added while the ring runs: frames in it arrive.
     // A plain file (a memfd is sealed against shrinking), unlinked at once.
-    let path = std::env::temp_dir().join(format!("memnic-memslots-{}", std::process::id()));
-    let fd2 = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    std::fs::remove_file(&path).unwrap();
-    fd2.set_len(0x10000).unwrap();
+    let fd2 = memnic_test_support::unlinked_file(&std::env::temp_dir(), "memslots", 0x10000);
     let r2 = Region::from_fd(fd2.try_clone().unwrap().into(), 0x10000).unwrap();
     const GPA2: u64 = 0x20_0000;
     let reg2 = slot_region(GPA2, 0x10000, &fd2);
@@ -1703,13 +1685,7 @@ fn memory_regions_added_and_removed_while_frames_move() {
     frames += 1;
 
     // (c) The region that holds the ring removed: acknowledged; the ring stops.
-    let reg1 = vhost::VhostUserMemoryRegionInfo {
-        guest_phys_addr: 0,
-        memory_size: SIZE as u64,
-        userspace_addr: UVA,
-        mmap_offset: 0,
-        mmap_handle: g.fd.as_raw_fd(),
-    };
+    let reg1 = g.region();
     f.remove_mem_region(&reg1)
         .expect("REM_MEM_REG of the ring's region is acknowledged");
     assert!(!b.tp.port.link().up, "no ring runs: link down");
@@ -1792,13 +1768,7 @@ fn rings_waiting_for_their_memory_do_not_refuse_requests_about_other_rings() {
     g.desc(0, d(a, l, 0, 0));
     g.offer(0, 0);
     poll(&mut *b.rxq, &mut b.got, "a frame", |v| v.len() == 1);
-    let reg = vhost::VhostUserMemoryRegionInfo {
-        guest_phys_addr: 0,
-        memory_size: SIZE as u64,
-        userspace_addr: UVA,
-        mmap_offset: 0,
-        mmap_handle: g.fd.as_raw_fd(),
-    };
+    let reg = g.region();
     f.remove_mem_region(&reg)
         .expect("acknowledged: the rings wait");
     assert_eq!(f.get_vring_base(1).expect("ring 1 stops"), 1);

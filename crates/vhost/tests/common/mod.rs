@@ -66,6 +66,17 @@ pub struct Guest {
 }
 
 impl Guest {
+    /// Its memory as the frontend's one region: guest-physical 0, frontend address UVA.
+    pub fn region(&self) -> VhostUserMemoryRegionInfo {
+        VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0,
+            memory_size: SIZE as u64,
+            userspace_addr: UVA,
+            mmap_offset: 0,
+            mmap_handle: self.fd.as_raw_fd(),
+        }
+    }
+
     pub fn new() -> Guest {
         let mem = Region::memfd("fe-guest", SIZE, false).unwrap();
         let fd = File::from(mem.fd().unwrap().try_clone_to_owned().unwrap());
@@ -218,14 +229,7 @@ pub fn connect_with(
     } else {
         f.set_features(VERSION_1 | s.features).unwrap();
     }
-    f.set_mem_table(&[VhostUserMemoryRegionInfo {
-        guest_phys_addr: 0,
-        memory_size: SIZE as u64,
-        userspace_addr: UVA,
-        mmap_offset: 0,
-        mmap_handle: g.fd.as_raw_fd(),
-    }])
-    .unwrap();
+    f.set_mem_table(&[g.region()]).unwrap();
     for vq in &s.vqs {
         let i = vq.index as usize;
         f.set_vring_num(i, Q).unwrap();
