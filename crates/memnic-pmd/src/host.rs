@@ -61,10 +61,9 @@ pub fn init_region(region: &Region, frame_size_feature: bool) -> Result<MacAddr,
         || region.u32(HDR_VERSION).load(Relaxed) != VERSION_1;
     // The MAC a restarted host keeps is read once; the guest can write the header too, so one
     // that is no unicast address of a port (multicast, broadcast, zero) is not taken over.
-    let kept = (!fresh).then(|| read_mac(region)).filter(|m| {
-        let zero = m.0 == [0; 6];
-        m.0[0] & 1 == 0 && !zero
-    });
+    let kept = (!fresh)
+        .then(|| read_mac(region))
+        .filter(|m| !m.is_multicast() && m.0 != [0; 6]);
     let mac = match kept {
         Some(mac) => mac,
         None => {

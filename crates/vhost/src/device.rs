@@ -156,15 +156,16 @@ impl Device {
 
     /// [`Device::install`] for a request handler: a ring that has everything it needs but
     /// cannot be set up (its areas outside the memory table) refuses the request if the
-    /// request is about it or it ran until now.
-    fn install_or_refuse(&mut self, touched: Touched) -> VuResult<()> {
+    /// request is about it (`touched`: the ring a request names, None for the device's
+    /// features or memory table) or it ran until now.
+    fn install_or_refuse(&mut self, touched: Option<usize>) -> VuResult<()> {
         let failed = self.install();
         // A ring already waiting for its memory (a region removed under it) keeps waiting:
         // a request about another ring, or about none, is not refused for it.
         match failed
             .into_iter()
             .rev()
-            .find(|f| f.was_installed || touched == Touched::Ring(f.ring))
+            .find(|f| f.was_installed || touched == Some(f.ring))
         {
             Some(f) => Err(self.refuse(f.why)),
             None => Ok(()),
@@ -313,15 +314,6 @@ pub(crate) struct NotInstalled {
     /// It ran until this install (a ring waiting for its memory did not).
     was_installed: bool,
     why: String,
-}
-
-/// Which ring a request is about, for [`Device::install_or_refuse`]: a ring it touches that
-/// cannot be set up refuses it, as does any ring that ran until then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Touched {
-    Ring(usize),
-    /// The request is about the device (features, the memory table).
-    None,
 }
 
 /// A running ring's port-wide id, given the first time it is installed.
@@ -544,7 +536,7 @@ impl VhostUserBackendReqHandlerMut for Device {
                 v.enabled = true;
             }
         }
-        self.install_or_refuse(Touched::None)
+        self.install_or_refuse(None)
     }
 
     fn set_mem_table(
@@ -574,7 +566,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         })?;
         let _drained = self.drain_zero_copy("set_mem_table");
         let old = self.mem.replace(Arc::new(table));
-        let installed = self.install_or_refuse(Touched::None);
+        let installed = self.install_or_refuse(None);
         self.release(old);
         installed?;
         Ok(None)
@@ -617,7 +609,7 @@ impl VhostUserBackendReqHandlerMut for Device {
             avail: available,
             used,
         });
-        self.install_or_refuse(Touched::Ring(index as usize))
+        self.install_or_refuse(Some(index as usize))
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
@@ -647,7 +639,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         self.vring(index)?;
         let _drained = self.drain_zero_copy("get_vring_base");
         self.vring(index)?.started = false;
-        self.install_or_refuse(Touched::Ring(index as usize))?;
+        self.install_or_refuse(Some(index as usize))?;
         let packed = self.acked & F_RING_PACKED != 0;
         let v = self.vring(index)?;
         let num = if packed {
@@ -669,7 +661,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         let v = self.vring(index as u32)?;
         v.kick = kick;
         v.started = true;
-        self.install_or_refuse(Touched::Ring(index as usize))
+        self.install_or_refuse(Some(index as usize))
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
@@ -679,7 +671,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         ));
         let call = self.eventfd(index, "call", fd)?;
         self.vring(index as u32)?.call = call;
-        self.install_or_refuse(Touched::Ring(index as usize))
+        self.install_or_refuse(Some(index as usize))
     }
 
     fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
@@ -724,7 +716,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         self.vring(index)?;
         let _drained = (!enable).then(|| self.drain_zero_copy("set_vring_enable 0"));
         self.vring(index)?.enabled = enable;
-        self.install_or_refuse(Touched::Ring(index as usize))
+        self.install_or_refuse(Some(index as usize))
     }
 
     fn get_config(
