@@ -13,7 +13,7 @@ use common::{add_ring, connect_good, region, Fake, Server};
 use memnic_ethdev::Port;
 use memnic_memif::msg::{AddRegion, Init, InterfaceMode, Msg, Name, RingDirection, Secret};
 use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
-use memnic_memif::{MemifConfig, MemifPort, Role};
+use memnic_memif::{MemifConfig, MemifPort, Role, PEER_JAMMED};
 use memnic_pktbuf::{Mempool, PoolConfig};
 use memnic_shm::unix::EventFd;
 use memnic_shm::Region;
@@ -328,6 +328,32 @@ fn a_client_silent_after_init_is_timed_out_and_frees_the_interface() {
     );
     silent.expect_disconnect("Timeout waiting for the next handshake message");
     assert_eq!(srv.port.lock().unwrap().connects, 1);
+}
+
+/// A client that jams the interrupt line it gave us (clears O_NONBLOCK on the eventfd, which
+/// our copy shares, and fills the counter): a kick of ours that had looked just before would
+/// block its lcore for ever (`notify_blocking` on the same eventfd stands in for it). The
+/// server empties the line, which lets that write through, and disconnects the client; the
+/// next client is served.
+#[test]
+fn a_client_that_jams_its_interrupt_line_is_emptied_and_disconnected() {
+    let srv = Server::start("jam");
+    let ev = EventFd::new().unwrap();
+    let mut f = connect_good(&srv.sock, &region(1 << 16), &ev);
+    ev.jam().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let kick = ev.try_clone().unwrap();
+    let t = std::thread::spawn(move || {
+        kick.notify_blocking().unwrap();
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the server empties a jammed line");
+    t.join().unwrap();
+    f.expect_disconnect(PEER_JAMMED);
+    let next = EventFd::new().unwrap();
+    let _f = connect_good(&srv.sock, &region(1 << 16), &next);
+    assert_eq!(srv.port.lock().unwrap().connects, 2);
 }
 
 /// Each direction has one ring per queue: a second ring with the same direction and index, or

@@ -287,7 +287,8 @@ impl Device {
         }
         let shared = self.shared.clone();
         let mut calls = Vec::new();
-        // Queues that stay in a burst longer than this are lcores stuck elsewhere: try again.
+        // Queues that stay in a burst longer than this are lcores stuck elsewhere (one in a
+        // call its frontend jammed gets out when the watchdog empties it): try again.
         while shared
             .gate
             .reset(None, Duration::from_secs(1), || {
@@ -298,9 +299,17 @@ impl Device {
         {
             std::thread::sleep(Duration::from_millis(1));
         }
-        for call in calls {
+        // A frontend can jam one of these so that the write blocks: the watchdog empties
+        // the ones listed here (see `port::unjam_calls`).
+        *shared.calling.lock().unwrap_or_else(|p| p.into_inner()) = calls.clone();
+        for call in &calls {
             let _ = call.notify();
         }
+        shared
+            .calling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         let up = self.vrings.iter().any(|v| v.installed && v.enabled);
         // Release pairs with the Acquire in `VhostPort::link`.
         self.shared.link_up.store(up, Release);

@@ -25,7 +25,7 @@ use memnic_ethdev::{
     Devargs, DevargsError, Driver, LinkStatus, MacAddr, Mempool, OpenResult, Port, PortError,
     PortInfo, QueueStats, RxQueue, StatsCell, TxQueue,
 };
-use memnic_shm::unix::{poll, PollFd};
+use memnic_shm::unix::{poll, EventFd, PollFd};
 
 use crate::device::Device;
 use crate::queue::{VhostRxQueue, VhostTxQueue, VringSlot};
@@ -170,6 +170,9 @@ pub struct Shared {
     pub zero_copy: Option<ZeroCopyConfig>,
     /// The next ring's id (see `VringConn::ring_id`); from 1.
     pub next_ring_id: AtomicU64,
+    /// Call eventfds the control thread is notifying now (rings that left their queues): the
+    /// watchdog unjams them as it does the running rings' (see [`unjam_calls`]).
+    pub calling: Mutex<Vec<Arc<EventFd>>>,
 }
 
 impl Shared {
@@ -214,6 +217,7 @@ impl VhostPort {
             dog: Watchdog::default(),
             zero_copy: cfg.zero_copy,
             next_ring_id: AtomicU64::new(1),
+            calling: Mutex::new(Vec::new()),
         });
         let listener = if cfg.client {
             None
@@ -238,7 +242,7 @@ impl VhostPort {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("vhost-{name}-dog"))
-                .spawn(move || shared.dog.run(&shared.stop))
+                .spawn(move || shared.dog.run(&shared))
         };
         let watchdog = match watchdog {
             Ok(w) => w,
@@ -599,6 +603,8 @@ struct Watch {
     sock: Option<UnixStream>,
     deadline: Option<Instant>,
     fired: bool,
+    /// The watchdog found a call eventfd of this frontend's filled to the top.
+    jammed: bool,
 }
 
 impl Watchdog {
@@ -631,13 +637,27 @@ impl Watchdog {
         std::mem::take(&mut w.fired)
     }
 
+    /// Whether the watchdog found a call eventfd jammed (and shut the connection down) since
+    /// the connection was attached.
+    fn jammed(&self) -> bool {
+        self.lock().jammed
+    }
+
     /// Until the port stops: shuts the watched socket down once its request's deadline has
-    /// passed (or the port stops while a request is in progress).
-    fn run(&self, stop: &AtomicBool) {
-        let mut w = self.lock();
+    /// passed (or the port stops while a request is in progress), and every TICK empties the
+    /// call eventfds a frontend jammed ([`unjam_calls`]) and shuts that frontend out.
+    fn run(&self, shared: &Shared) {
         loop {
+            let jammed = unjam_calls(shared);
+            let mut w = self.lock();
+            if jammed && !w.jammed {
+                w.jammed = true;
+                if let Some(s) = &w.sock {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+            }
             // Relaxed: a flag looked at every TICK; the port's drop joins this thread.
-            let stopping = stop.load(Relaxed);
+            let stopping = shared.stop.load(Relaxed);
             let now = Instant::now();
             if let Some(d) = w.deadline {
                 if now >= d || stopping {
@@ -654,13 +674,47 @@ impl Watchdog {
             let wait = w
                 .deadline
                 .map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
-            w = self
-                .cv
-                .wait_timeout(w, wait)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            drop(
+                self.cv
+                    .wait_timeout(w, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0,
+            );
         }
     }
+}
+
+/// Empties every call eventfd a frontend filled to the top (`EventFd::unjam`): those of the
+/// rings in the queues, and those the control thread is notifying. A frontend shares the
+/// eventfd's O_NONBLOCK with us and can clear it; filling the counter just after our look
+/// leaves our write blocked (a queue's lcore, and every install after it, or the control
+/// thread) until the counter is read. Returns whether it found one (no honest frontend lets
+/// 2^64 - 2 calls pile up).
+fn unjam_calls(shared: &Shared) -> bool {
+    let mut calls: Vec<Arc<EventFd>> = shared
+        .slots
+        .iter()
+        .filter_map(|s| {
+            s.conn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .and_then(|c| c.call.clone())
+        })
+        .collect();
+    calls.extend(
+        shared
+            .calling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned(),
+    );
+    let mut jammed = false;
+    for call in calls {
+        jammed |= call.unjam().unwrap_or(false);
+    }
+    jammed
 }
 
 /// Serves one frontend until it leaves, breaks the protocol, says nothing for the message
@@ -727,6 +781,11 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
         } else {
             e
         };
+    };
+    let why = if dog.jammed() {
+        format!("the frontend filled a call eventfd to the top ({why})")
+    } else {
+        why
     };
     dog.detach();
     crate::device::trace(format_args!("frontend dropped: {why}"));

@@ -9,7 +9,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -803,6 +803,35 @@ fn a_silent_or_stalled_frontend_is_dropped_after_the_message_timeout() {
         deaf,
         "took longer than 500ms",
     );
+}
+
+/// A frontend that jams a running ring's call eventfd (clears O_NONBLOCK, which our copy
+/// shares, and fills the counter): a call of ours that had looked just before would block its
+/// lcore, and every install after it, for ever (`notify_blocking` on the same eventfd stands
+/// in for it). The watchdog empties the line, which lets that write through, and drops the
+/// frontend; the next one is served.
+#[test]
+fn a_frontend_that_jams_a_call_eventfd_is_emptied_and_dropped() {
+    let mut b = Bench::new("hostile-jam", Duration::from_secs(5));
+    let g = Guest::new();
+    let mut raw = Raw::connect(&b.tp.path);
+    ring(&mut raw, &g, 8, 0, 0x2000, 0x1000);
+    let call = memnic_shm::unix::EventFd::new().unwrap();
+    raw.send(SET_VRING_CALL, &u64p(1), &[call.as_fd().as_raw_fd()]);
+    raw.send(GET_FEATURES, &[], &[]);
+    let _ = raw.reply_u64();
+    assert!(b.tp.port.link().up, "the ring runs");
+    call.jam().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ours = call.try_clone().unwrap();
+    let t = std::thread::spawn(move || {
+        ours.notify_blocking().unwrap();
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the watchdog empties a jammed call eventfd");
+    t.join().unwrap();
+    b.refused("a jammed call eventfd", raw, "filled a call eventfd");
 }
 
 /// The guest moves avail.idx by more than the queue size: the ring is counted broken and not

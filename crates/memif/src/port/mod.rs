@@ -129,6 +129,11 @@ impl From<String> for Refusal {
 
 /// The DISCONNECT reason when a peer shrank the memory it shared with us.
 pub const PEER_SHRANK: &str = "Peer shrank its shared memory";
+/// The DISCONNECT reason for a peer that filled a ring's interrupt eventfd to the top (which
+/// can leave our kick blocked, see `EventFd::unjam`).
+pub const PEER_JAMMED: &str = "Peer filled an interrupt line";
+/// How often the control path looks for jammed interrupt lines.
+const UNJAM_EVERY: Duration = Duration::from_millis(50);
 
 /// A live connection: the socket and what the queues use.
 struct Session {
@@ -197,6 +202,8 @@ pub struct MemifPort {
     rx_pool: Vec<Option<usize>>,
     tx_pool: Vec<Option<usize>>,
     link_up: Arc<AtomicBool>,
+    /// When `service` next looks for jammed interrupt lines.
+    next_unjam: Instant,
     /// Connections made and lost, and the last disconnect reason (ours or the peer's).
     pub connects: u64,
     pub disconnects: u64,
@@ -246,6 +253,7 @@ impl MemifPort {
             rx_pool: Vec::new(),
             tx_pool: Vec::new(),
             link_up: Arc::new(AtomicBool::new(false)),
+            next_unjam: Instant::now(),
             connects: 0,
             disconnects: 0,
             last_reason: None,
@@ -314,11 +322,30 @@ impl MemifPort {
             Some(())
         };
         // Queues that stay busy longer than this are lcores stuck elsewhere; try again later.
+        // One stuck in a kick the peer jammed gets out when we empty the line.
         while self.gate.reset(None, Duration::from_secs(1), set).is_none() {
+            self.unjam_kicks();
             std::thread::sleep(Duration::from_millis(1));
         }
         // Release pairs with the Acquire in `link`.
         self.link_up.store(s.is_some(), Release);
+    }
+
+    /// Empties every interrupt line of the rings in use that the peer filled to the top (a tx
+    /// lcore's kick may be blocked on it: `EventFd::unjam`), and flags the peer for a
+    /// disconnect: no honest peer lets 2^64 - 2 kicks pile up.
+    fn unjam_kicks(&self) {
+        for slot in self.rx_slots.iter().chain(&self.tx_slots) {
+            let irq = slot
+                .conn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .and_then(|c| c.irq.clone());
+            if irq.is_some_and(|irq| irq.unjam().unwrap_or(false)) {
+                self.broken.set(PEER_JAMMED);
+            }
+        }
     }
 
     /// When the peer's next handshake message is due, from now.
@@ -520,6 +547,10 @@ impl Port for MemifPort {
 
     /// The control channel: accept or connect, run the handshake, notice the peer leaving.
     fn service(&mut self) {
+        if Instant::now() >= self.next_unjam {
+            self.next_unjam = Instant::now() + UNJAM_EVERY;
+            self.unjam_kicks();
+        }
         let broken = self.broken.take();
         if self.peer_memory_faulted() {
             // The peer shrank a region it gave us: shm's SIGBUS guard put zero pages in its

@@ -52,32 +52,15 @@ impl EventFd {
     /// fill the counter, and an eventfd write has no nonblocking flag of its own (`pwritev2`'s
     /// RWF_NOWAIT is refused), so this looks first (`poll`, no wait) and writes only while the
     /// counter has room: a peer must then fill it in the moment between the look and the
-    /// write to block us (narrowed, not closed).
+    /// write to block us, and the write stays blocked until someone reads the counter: the
+    /// control path of a port looks for full lines and [`unjam`](Self::unjam)s them.
     pub fn notify(&self) -> Result<()> {
-        let mut p = [PollFd::writable(self.fd.as_fd())];
-        poll(&mut p, Some(Duration::ZERO))?;
-        if !p[0].ready().writable {
+        if self.is_full()? {
             return Ok(());
         }
-        let one: u64 = 1;
-        loop {
-            // SAFETY: writes the 8 bytes of the live local `one`; an eventfd takes 8-byte writes.
-            let n = unsafe {
-                libc::write(
-                    self.fd.as_raw_fd(),
-                    (&one as *const u64).cast(),
-                    size_of::<u64>(),
-                )
-            };
-            if n == size_of::<u64>() as isize {
-                return Ok(());
-            }
-            let source = io::Error::last_os_error();
-            match source.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) => return Ok(()),
-                _ => return Err(os_err("notify", "an eventfd", source)),
-            }
+        match self.write(1) {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(()),
+            r => r.map_err(|source| os_err("notify", "an eventfd", source)),
         }
     }
 
@@ -119,12 +102,74 @@ impl EventFd {
         }
     }
 
+    /// Whether the counter is full, so that a write of 1 would block (or fail, nonblocking).
+    /// An honest peer never lets 2^64 - 2 notifications pile up; a full counter is a peer
+    /// jamming the line.
+    pub fn is_full(&self) -> Result<bool> {
+        let mut p = [PollFd::writable(self.fd.as_fd())];
+        poll(&mut p, Some(Duration::ZERO))?;
+        Ok(!p[0].ready().writable)
+    }
+
+    /// Empties a full counter (see [`is_full`](Self::is_full)); returns whether it did. This
+    /// is how a thread stuck in [`notify`](Self::notify) gets out: a peer that cleared
+    /// O_NONBLOCK and filled the counter between `notify`'s look and its write leaves that
+    /// write blocked until someone reads the counter, and the kernel then lets it add its 1
+    /// (a peer that refills at once may win again; whoever unjams looks again later). A
+    /// counter with room is left alone, so an honest peer's pending wake-up is never taken.
+    pub fn unjam(&self) -> Result<bool> {
+        if !self.is_full()? {
+            return Ok(false);
+        }
+        Ok(self.drain()? != 0)
+    }
+
     /// Waits until the counter is non-zero or `timeout` passes (`None`: no limit). Returns
     /// whether it was notified; the counter is left for [`drain`](Self::drain).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
         let mut p = [PollFd::readable(self.fd.as_fd())];
         poll(&mut p, timeout)?;
         Ok(p[0].ready().readable)
+    }
+
+    /// What a hostile peer does to its copy of the descriptor, for tests: clears O_NONBLOCK
+    /// on the open file description (shared with every copy, ours included) and fills the
+    /// counter to the top. A [`notify`](Self::notify) then writes nothing; one that had
+    /// looked just before would block until the counter is read ([`unjam`](Self::unjam)).
+    pub fn jam(&self) -> Result<()> {
+        set_nonblocking_fd(self.fd.as_fd(), false, "an eventfd")?;
+        self.drain()?;
+        self.write(u64::MAX - 1)
+            .map_err(|source| os_err("fill", "an eventfd", source))
+    }
+
+    /// A plain write of 1, which blocks while the counter is full and O_NONBLOCK is clear:
+    /// the write of a [`notify`](Self::notify) whose look came just before a peer
+    /// [`jam`](Self::jam)med the counter. For tests.
+    pub fn notify_blocking(&self) -> Result<()> {
+        self.write(1)
+            .map_err(|source| os_err("notify", "an eventfd", source))
+    }
+
+    /// Adds `v` to the counter (a write; it waits for room unless O_NONBLOCK is set).
+    fn write(&self, v: u64) -> io::Result<()> {
+        loop {
+            // SAFETY: writes the 8 bytes of the live local `v`; an eventfd takes 8-byte writes.
+            let n = unsafe {
+                libc::write(
+                    self.fd.as_raw_fd(),
+                    (&v as *const u64).cast(),
+                    size_of::<u64>(),
+                )
+            };
+            if n == size_of::<u64>() as isize {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
     }
 
     /// A second descriptor for the same eventfd (`F_DUPFD_CLOEXEC`).
@@ -210,9 +255,10 @@ mod tests {
         assert_eq!(ev.drain().unwrap(), 0);
     }
 
-    /// A peer that clears O_NONBLOCK on the description we share: an empty counter's drain
-    /// and a full counter's notify return at once (each would block on a plain read or
-    /// write), and the counter is as the peer left it, or drained.
+    /// A peer that clears O_NONBLOCK on the description we share and fills the counter
+    /// (`jam`): an empty counter's drain and a full counter's notify return at once (each
+    /// would block on a plain read or write), and the counter is as the peer left it, or
+    /// drained.
     #[test]
     fn a_peer_that_makes_the_eventfd_blocking_cannot_block_notify_or_drain() {
         let ev = EventFd::new().unwrap();
@@ -222,17 +268,8 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             tx.send(ev.drain().unwrap()).unwrap();
-            // The largest count an eventfd holds: a write of 1 more would block.
-            let full: u64 = u64::MAX - 1;
-            // SAFETY: writes the 8 bytes of the live local `full` to the test's eventfd.
-            let n = unsafe {
-                libc::write(
-                    ev.fd.as_raw_fd(),
-                    (&full as *const u64).cast(),
-                    size_of::<u64>(),
-                )
-            };
-            assert_eq!(n, 8);
+            peer.jam().unwrap();
+            assert!(ev.is_full().unwrap());
             ev.notify().unwrap();
             tx.send(ev.drain().unwrap()).unwrap();
             tx.send(ev.drain().unwrap()).unwrap();
@@ -245,5 +282,44 @@ mod tests {
         assert_eq!(within("a notify of a full counter"), u64::MAX - 1);
         assert_eq!(within("a drain after it"), 0);
         t.join().unwrap();
+    }
+
+    /// The race `notify` cannot close: a write already blocked on a full counter
+    /// (`notify_blocking` stands in for a `notify` whose look came just before the peer filled
+    /// it). `unjam` releases it, and the released write's 1 is then in the counter; a counter
+    /// with room (an honest peer's pending wake-ups) is left as it is.
+    #[test]
+    fn unjam_releases_a_write_blocked_on_a_full_counter_and_leaves_room_alone() {
+        let ev = EventFd::new().unwrap();
+        ev.notify().unwrap();
+        ev.notify().unwrap();
+        assert!(!ev.is_full().unwrap());
+        assert!(!ev.unjam().unwrap());
+        assert_eq!(ev.drain().unwrap(), 2, "an honest counter is not taken");
+
+        ev.try_clone().unwrap().jam().unwrap();
+        assert!(ev.is_full().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ours = ev.try_clone().unwrap();
+        let t = std::thread::spawn(move || {
+            ours.notify_blocking().unwrap();
+            tx.send(()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "the write is blocked on the full counter"
+        );
+        let started = std::time::Instant::now();
+        while rx.try_recv().is_err() {
+            ev.unjam().unwrap();
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "unjam did not release the blocked write"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        t.join().unwrap();
+        assert!(!ev.is_full().unwrap());
+        assert_eq!(ev.drain().unwrap(), 1, "the released write's 1");
     }
 }
