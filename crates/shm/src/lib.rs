@@ -102,6 +102,10 @@ pub enum ShmError {
         "a received descriptor is {kind}, not an eventfd: the peer passed the wrong kind of file"
     )]
     NotEventFd { kind: String },
+    #[error("the file is on a {fs} filesystem, which a process serves (the peer could stall every access to it): give shared memory (memfd, tmpfs, hugetlbfs) or a file on a local filesystem")]
+    PeerServedFile { fs: String },
+    #[error("the file is on mount {mnt_id}, which is not in this process's mount table, so its filesystem is unknown (it could be one the peer serves): give shared memory (memfd, tmpfs, hugetlbfs) or a file on a filesystem mounted here")]
+    UnknownMount { mnt_id: u64 },
     #[error("cannot map another memory region a peer controls: all {max} slots of the SIGBUS protection are in use (drop the regions of peers that are gone)")]
     TooManyPeerMappings { max: usize },
     #[error("{path} is a symbolic link, and a shared-memory region is never opened through one (it could point anywhere): remove the link or give the real path")]

@@ -56,6 +56,23 @@ unsafe impl Send for Region {}
 // SAFETY: as above; &Region only allows atomic accesses and racy-but-bounded copies.
 unsafe impl Sync for Region {}
 
+/// The filesystem type of mount `mnt_id` in `mountinfo` (the text of `/proc/<pid>/mountinfo`:
+/// the mount id first, the type right after the ` - ` separator; paths have their spaces
+/// escaped, so the separator is unambiguous).
+fn filesystem_of_mount(mountinfo: &str, mnt_id: u64) -> Option<&str> {
+    mountinfo.lines().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        let id: u64 = mount.split(' ').next()?.parse().ok()?;
+        (id == mnt_id).then(|| fs.split(' ').next()).flatten()
+    })
+}
+
+/// Whether a filesystem type is FUSE's (`fuse`, `fuseblk`, `fuse.<subtype>`): a process,
+/// maybe the peer, answers its every request.
+fn is_fuse(fs: &str) -> bool {
+    fs == "fuse" || fs == "fuseblk" || fs.starts_with("fuse.")
+}
+
 /// The seals of `fd` (`F_GET_SEALS`): 0 for a file that cannot have any (EINVAL: not a memfd
 /// or shmem/hugetlbfs file).
 fn seals_of(fd: BorrowedFd<'_>) -> io::Result<u32> {
@@ -355,6 +372,42 @@ impl Region {
         // SAFETY: fcntl(F_GET_SEALS) on a live descriptor borrowed for the call; no memory
         // arguments.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) >= 0 }
+    }
+
+    /// Refuses a file a peer gave us to map when the peer could be serving its filesystem
+    /// itself (FUSE): our `fstat` of it, and every page fault in its mapping, would wait on
+    /// that process, which may never answer. Shared memory passes at once
+    /// ([`is_shared_memory_fd`](Self::is_shared_memory_fd)); any other file (QEMU's
+    /// file-backed guest memory on a disk) passes when this process's mount table names its
+    /// filesystem and that is not FUSE. Asks the filesystem nothing: the mount comes from
+    /// `/proc/self/fdinfo`, its type from `/proc/self/mountinfo`.
+    pub fn check_peer_file(fd: BorrowedFd<'_>) -> Result<()> {
+        if Region::is_shared_memory_fd(fd) {
+            return Ok(());
+        }
+        let proc_err = |what: &str, source| ShmError::Io {
+            op: "read",
+            what: what.to_string(),
+            source,
+        };
+        let fdinfo = format!("/proc/self/fdinfo/{}", fd.as_raw_fd());
+        let info = std::fs::read_to_string(&fdinfo).map_err(|e| proc_err(&fdinfo, e))?;
+        let mnt_id = info
+            .lines()
+            .find_map(|l| l.strip_prefix("mnt_id:")?.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                proc_err(
+                    &fdinfo,
+                    io::Error::new(io::ErrorKind::InvalidData, "no mnt_id line"),
+                )
+            })?;
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| proc_err("/proc/self/mountinfo", e))?;
+        match filesystem_of_mount(&mounts, mnt_id) {
+            Some(fs) if is_fuse(fs) => Err(ShmError::PeerServedFile { fs: fs.to_string() }),
+            Some(_) => Ok(()),
+            None => Err(ShmError::UnknownMount { mnt_id }),
+        }
     }
 
     /// Maps `len` bytes of a shared-memory fd received from a peer (memif regions).
@@ -1074,6 +1127,105 @@ impl Drop for Region {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    /// The mount table's type is read after the separator, for the mount asked about; FUSE
+    /// in each of its names is refused, the kernel's own filesystems are not.
+    #[test]
+    fn a_file_on_fuse_is_refused_and_files_on_kernel_filesystems_pass() {
+        let mounts = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
+                      27 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                      61 27 0:52 / /mnt/a\\040-\\040b rw,nosuid master:7 - fuse.sshfs me@h: rw\n\
+                      62 27 0:53 / /mnt/c rw - fuseblk /dev/sdb1 rw\n";
+        assert_eq!(filesystem_of_mount(mounts, 27), Some("ext4"));
+        assert_eq!(filesystem_of_mount(mounts, 61), Some("fuse.sshfs"));
+        assert_eq!(filesystem_of_mount(mounts, 62), Some("fuseblk"));
+        assert_eq!(filesystem_of_mount(mounts, 2), None);
+        for fs in ["fuse", "fuseblk", "fuse.sshfs"] {
+            assert!(is_fuse(fs), "{fs}");
+        }
+        for fs in ["ext4", "xfs", "tmpfs", "hugetlbfs", "overlay", "fusectl"] {
+            assert!(!is_fuse(fs), "{fs}");
+        }
+
+        // Real files: a memfd, a file beside the test's working directory, /proc.
+        let memfd = Region::memfd("peer-file", 4096, false).unwrap();
+        Region::check_peer_file(memfd.fd().unwrap()).unwrap();
+        let disk = tempfile_in_cwd();
+        Region::check_peer_file(disk.as_fd()).unwrap();
+        let proc = File::open("/proc/self/status").unwrap();
+        Region::check_peer_file(proc.as_fd()).unwrap();
+    }
+
+    /// A real FUSE mount whose server never answers (the kernel's INIT request waits
+    /// unread on /dev/fuse): a descriptor of its root is refused without a request to it, so
+    /// the check returns at once. Needs root (CAP_SYS_ADMIN) for the mount.
+    #[test]
+    fn a_file_on_a_fuse_mount_whose_server_never_answers_is_refused_at_once() {
+        let dev = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .expect("/dev/fuse (the fuse module)");
+        let dir = std::env::temp_dir().join(format!("memnic-fuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        let opts = CString::new(format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0",
+            dev.as_raw_fd()
+        ))
+        .unwrap();
+        // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+        let r = unsafe {
+            libc::mount(
+                c"memnic-test".as_ptr(),
+                target.as_ptr(),
+                c"fuse".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                opts.as_ptr().cast(),
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "mount fuse (root needed): {}",
+            io::Error::last_os_error()
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = dir.clone();
+        std::thread::spawn(move || {
+            // O_PATH: no open request goes to the filesystem.
+            let root = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(&path);
+            let _ = tx.send(root.map(|f| Region::check_peer_file(f.as_fd())));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        // SAFETY: umount2(2) with a NUL-terminated string that outlives the call.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        drop(dev);
+        let _ = std::fs::remove_dir(&dir);
+        match got
+            .expect("the check returned at once")
+            .expect("O_PATH open")
+        {
+            Err(ShmError::PeerServedFile { fs }) => assert_eq!(fs, "fuse"),
+            other => panic!("a FUSE file is refused, got {other:?}"),
+        }
+    }
+
+    /// An unlinked file in the working directory (on the disk the build is on).
+    fn tempfile_in_cwd() -> File {
+        let path = format!("peer-file-{}", std::process::id());
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
 
     /// Every length takes one of copy_bytes' paths (two or four overlapping 32-byte moves, two
     /// 16-byte ones, memcpy, the forward loop with and without its overlapping last step): each

@@ -13,7 +13,7 @@
 //! data path that holds the old one keeps its mappings until it lets go.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use memnic_shm::{Region, ShmError};
@@ -87,6 +87,7 @@ impl GuestRegion {
         uva.checked_add(size - 1).ok_or_else(wraps)?;
         let len = offset.checked_add(size).ok_or_else(wraps)?;
         let len = usize::try_from(len).map_err(|_| wraps())?;
+        Region::check_peer_file(fd.as_fd()).map_err(|source| MemError::Map { gpa, source })?;
         let map = Region::from_fd_mapping_only(fd, len)
             .map_err(|source| MemError::Map { gpa, source })?;
         Ok(GuestRegion {
