@@ -102,12 +102,8 @@ struct State {
     stats: QueueStats,
     /// Polls in a row that found the guest's tx ring empty (see [`IDLE_PAUSES`]).
     idle_polls: u32,
-    /// Dequeue zero copy (rx queues of a `dequeue-zero-copy=1` port).
+    /// Dequeue zero copy (rx queues of a `dequeue-zero-copy=1` port; a reload looks at it).
     zc: Option<ZeroCopy>,
-    /// Whether a dequeue flushes its frames' first lines ([`flush_first_line`]).
-    flush: FlushTuner,
-    /// Whether an enqueue streams its short frames ([`Vring::STREAM_TUNED`]).
-    stream: Tuner,
     /// Whether used entries went out without a look at whether the driver wants a call (see
     /// [`publish`]).
     calls: CallCheck,
@@ -137,8 +133,6 @@ impl Core {
                 idle_polls: 0,
                 calls: CallCheck::default(),
                 zc: None,
-                flush: FlushTuner::default(),
-                stream: Tuner::default(),
             },
             cell,
         }
@@ -275,6 +269,8 @@ pub(crate) fn settle_leaving(slot: &VringSlot, next: Option<u64>) -> Option<Arc<
 /// Our rx queue: the guest's tx virtqueue.
 pub struct VhostRxQueue {
     core: Core,
+    /// Whether a dequeue flushes its frames' first lines ([`flush_first_line`]).
+    flush: FlushTuner,
 }
 
 impl VhostRxQueue {
@@ -290,8 +286,10 @@ impl VhostRxQueue {
     ) -> Self {
         let mut core = Core::new(gate, slot, cache, cell);
         core.s.zc = zero_copy.map(|(name, cfg)| ZeroCopy::new(name, cfg));
-        core.s.flush = FlushTuner::new(flush);
-        VhostRxQueue { core }
+        VhostRxQueue {
+            core,
+            flush: FlushTuner::new(flush),
+        }
     }
 }
 
@@ -303,7 +301,8 @@ impl RxQueue for VhostRxQueue {
         }
         let start = pkts.len();
         let c = q.conn.as_ref().expect("entered");
-        let r = on_ring!(&c.ring, r => dequeue(r, c, &mut q.s, &q.slot, pkts, max));
+        let flush = &mut self.flush;
+        let r = on_ring!(&c.ring, r => dequeue(r, c, &mut q.s, flush, &q.slot, pkts, max));
         if let Err(b) = r {
             q.broken(b);
         }
@@ -374,6 +373,7 @@ fn dequeue<V: Vring>(
     r: &V,
     c: &VringConn,
     s: &mut State,
+    flush: &mut FlushTuner,
     slot: &VringSlot,
     pkts: &mut Vec<Mbuf>,
     max: usize,
@@ -509,7 +509,7 @@ fn dequeue<V: Vring>(
         }
         // Copy the batch's frames.
         let mut dropped = 0u32;
-        let flushing = s.flush.flush();
+        let flushing = flush.flush();
         for k in 0..nb {
             let t = &took[k];
             if t.zero_copy {
@@ -552,8 +552,8 @@ fn dequeue<V: Vring>(
     }
     s.last_avail = V::cursor_pos(&cur);
     // The tuner judges by the frames its flushing touches: the copied ones.
-    s.flush.polled(taken - uncopied);
-    s.flush.record(&mut s.stats);
+    flush.polled(taken - uncopied);
+    flush.record(&mut s.stats);
     publish(r, c, s, used, taken + returned, true);
     res
 }
@@ -798,6 +798,8 @@ pub struct VhostTxQueue {
     core: Core,
     /// With MRG_RXBUF: the chains of a frame that spans several.
     spans: Vec<Span>,
+    /// Whether an enqueue streams its short frames ([`Vring::STREAM_TUNED`]).
+    stream: Tuner,
 }
 
 impl VhostTxQueue {
@@ -810,11 +812,10 @@ impl VhostTxQueue {
         cell: Arc<StatsCell>,
         stream: Mode,
     ) -> Self {
-        let mut core = Core::new(gate, slot, cache, cell);
-        core.s.stream = Tuner::new(stream);
         VhostTxQueue {
-            core,
+            core: Core::new(gate, slot, cache, cell),
             spans: Vec::new(),
+            stream: Tuner::new(stream),
         }
     }
 }
@@ -826,8 +827,9 @@ impl TxQueue for VhostTxQueue {
             return 0;
         }
         let c = q.conn.as_ref().expect("entered");
-        let spans = &mut self.spans;
-        let (sent, r) = on_ring!(&c.ring, r => enqueue(r, c, &mut q.s, &q.slot, spans, pkts));
+        let (spans, stream) = (&mut self.spans, &mut self.stream);
+        let (sent, r) =
+            on_ring!(&c.ring, r => enqueue(r, c, &mut q.s, stream, &q.slot, spans, pkts));
         if let Err(b) = r {
             q.broken(b);
         }
@@ -854,6 +856,7 @@ fn enqueue<V: Vring>(
     r: &V,
     c: &VringConn,
     s: &mut State,
+    stream: &mut Tuner,
     slot: &VringSlot,
     spans: &mut Vec<Span>,
     pkts: &[Mbuf],
@@ -868,7 +871,7 @@ fn enqueue<V: Vring>(
     let mut res = Ok(());
     let limit = pkts.len().min(MAX_BURST);
     // Frames up to this length go out with streaming stores.
-    let stream_max = if s.stream.on() {
+    let stream_max = if stream.on() {
         V::STREAM_MAX.max(V::STREAM_TUNED)
     } else {
         V::STREAM_MAX
@@ -965,8 +968,8 @@ fn enqueue<V: Vring>(
     }
     publish(r, c, s, used, entries, false);
     if V::STREAM_TUNED > V::STREAM_MAX {
-        s.stream.polled(sent as u16);
-        s.stats.tuner_switches = s.stream.switches();
+        stream.polled(sent as u16);
+        s.stats.tuner_switches = stream.switches();
     }
     (sent, res)
 }
