@@ -408,6 +408,13 @@ impl Engine {
             return Err(FwdError::Stopped);
         }
         self.running.store(false, Relaxed);
+        // The ports' control work goes on until every lcore is out: an lcore stuck in a
+        // burst can need it to get out (memif empties an interrupt line a peer jammed, which
+        // a kick may be blocked on, only in `service`).
+        while !self.threads.iter().all(|(_, _, h)| h.is_finished()) {
+            self.service();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         for (id, cpu, h) in self.threads.drain(..) {
             let streams = h.join().map_err(|_| FwdError::Lcore {
                 lcore: id,

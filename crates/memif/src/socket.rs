@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use memnic_shm::unix::{SeqpacketConn, SeqpacketListener, SocketAddrSpec};
+use memnic_shm::unix::{dispose, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
 use memnic_shm::ShmError;
 
 use crate::msg::{Hello, Init, Msg, Name, APP_NAME};
@@ -52,7 +52,10 @@ pub(crate) fn read_msg(conn: &SeqpacketConn) -> Read {
     let nfds = got.fds.len();
     match Msg::decode(&buf[..got.len]).and_then(|m| m.check_fds(nfds).map(|_| m)) {
         Ok(m) => Read::Msg(m, got.fds),
-        Err(e) => Read::Bad(e.reason()),
+        Err(e) => {
+            got.fds.into_iter().for_each(dispose);
+            Read::Bad(e.reason())
+        }
     }
 }
 

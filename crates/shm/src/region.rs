@@ -67,10 +67,13 @@ fn filesystem_of_mount(mountinfo: &str, mnt_id: u64) -> Option<&str> {
     })
 }
 
-/// Whether a filesystem type is FUSE's (`fuse`, `fuseblk`, `fuse.<subtype>`): a process,
-/// maybe the peer, answers its every request.
+/// Whether a filesystem type is FUSE's (`fuse`, `fuseblk`, each alone or with a `.<subtype>`):
+/// a process, maybe the peer, answers its every request.
 fn is_fuse(fs: &str) -> bool {
-    fs == "fuse" || fs == "fuseblk" || fs.starts_with("fuse.")
+    ["fuse", "fuseblk"].iter().any(|t| {
+        fs.strip_prefix(t)
+            .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+    })
 }
 
 /// The seals of `fd` (`F_GET_SEALS`): 0 for a file that cannot have any (EINVAL: not a memfd
@@ -1140,7 +1143,7 @@ mod tests {
         assert_eq!(filesystem_of_mount(mounts, 61), Some("fuse.sshfs"));
         assert_eq!(filesystem_of_mount(mounts, 62), Some("fuseblk"));
         assert_eq!(filesystem_of_mount(mounts, 2), None);
-        for fs in ["fuse", "fuseblk", "fuse.sshfs"] {
+        for fs in ["fuse", "fuseblk", "fuse.sshfs", "fuseblk.ntfs"] {
             assert!(is_fuse(fs), "{fs}");
         }
         for fs in ["ext4", "xfs", "tmpfs", "hugetlbfs", "overlay", "fusectl"] {
@@ -1156,11 +1159,17 @@ mod tests {
         Region::check_peer_file(proc.as_fd()).unwrap();
     }
 
-    /// A real FUSE mount whose server never answers (the kernel's INIT request waits
-    /// unread on /dev/fuse): a descriptor of its root is refused without a request to it, so
-    /// the check returns at once. Needs root (CAP_SYS_ADMIN) for the mount.
+    /// A real FUSE mount served by the test: it answers what opening a file takes (INIT,
+    /// LOOKUP, GETATTR, OPEN) and holds FLUSH, the request every close of the file sends, as a
+    /// hostile peer serving its own memory file would. The file is refused at once
+    /// (`check_peer_file` asks the filesystem nothing), and `dispose` returns at once while its
+    /// close waits for the server elsewhere (a plain drop would wait here). Needs root
+    /// (CAP_SYS_ADMIN) for the mount.
     #[test]
-    fn a_file_on_a_fuse_mount_whose_server_never_answers_is_refused_at_once() {
+    fn a_file_on_fuse_is_refused_and_disposed_without_waiting_for_its_server() {
+        use std::io::{Read, Write};
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
         let dev = OpenOptions::new()
             .read(true)
             .write(true)
@@ -1190,28 +1199,110 @@ mod tests {
             "mount fuse (root needed): {}",
             io::Error::last_os_error()
         );
-        let (tx, rx) = std::sync::mpsc::channel();
-        let path = dir.clone();
-        std::thread::spawn(move || {
-            // O_PATH: no open request goes to the filesystem.
-            let root = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_PATH)
-                .open(&path);
-            let _ = tx.send(root.map(|f| Region::check_peer_file(f.as_fd())));
+        let (flushed, flush_seen) = channel();
+        let (answer, go) = channel::<()>();
+        let mut reader = dev.try_clone().unwrap();
+        let writer = dev.try_clone().unwrap();
+        let server = std::thread::spawn(move || {
+            let reply = |unique: u64, error: i32, body: &[u8]| {
+                let mut b = Vec::with_capacity(16 + body.len());
+                b.extend_from_slice(&((16 + body.len()) as u32).to_le_bytes());
+                b.extend_from_slice(&error.to_le_bytes());
+                b.extend_from_slice(&unique.to_le_bytes());
+                b.extend_from_slice(body);
+                let _ = (&writer).write_all(&b);
+            };
+            // fuse_attr: ino, size, blocks, atime, mtime, ctime; then the 32-bit fields.
+            let attr = |ino: u64, mode: u32| {
+                let mut a = Vec::new();
+                for v in [ino, 1 << 20, 2048, 0, 0, 0] {
+                    a.extend_from_slice(&v.to_le_bytes());
+                }
+                for v in [0u32, 0, 0, mode, 1, 0, 0, 0, 4096, 0] {
+                    a.extend_from_slice(&v.to_le_bytes());
+                }
+                a
+            };
+            let mut buf = vec![0u8; 1 << 21];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n < 40 {
+                    continue;
+                }
+                let op = u32::from_le_bytes(buf[4..8].try_into().unwrap());
+                let unique = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+                let node = u64::from_le_bytes(buf[16..24].try_into().unwrap());
+                let mut o = Vec::new();
+                match op {
+                    26 => {
+                        // INIT: protocol 7.31, no flags, max_write 4096.
+                        for v in [7u32, 31, 0, 0] {
+                            o.extend_from_slice(&v.to_le_bytes());
+                        }
+                        o.extend_from_slice(&16u16.to_le_bytes());
+                        o.extend_from_slice(&12u16.to_le_bytes());
+                        for v in [4096u32, 1] {
+                            o.extend_from_slice(&v.to_le_bytes());
+                        }
+                        o.resize(64, 0);
+                        reply(unique, 0, &o);
+                    }
+                    1 => {
+                        // LOOKUP: node 2, a regular file.
+                        for v in [2u64, 0, 3600, 3600] {
+                            o.extend_from_slice(&v.to_le_bytes());
+                        }
+                        o.extend_from_slice(&[0u8; 8]);
+                        o.extend_from_slice(&attr(2, 0o100644));
+                        reply(unique, 0, &o);
+                    }
+                    3 => {
+                        o.extend_from_slice(&3600u64.to_le_bytes());
+                        o.extend_from_slice(&[0u8; 8]);
+                        let mode = if node == 1 { 0o40755 } else { 0o100644 };
+                        o.extend_from_slice(&attr(node, mode));
+                        reply(unique, 0, &o);
+                    }
+                    14 => {
+                        // OPEN: file handle 7.
+                        o.extend_from_slice(&7u64.to_le_bytes());
+                        o.extend_from_slice(&[0u8; 8]);
+                        reply(unique, 0, &o);
+                    }
+                    25 => {
+                        // FLUSH: held until the test lets it go.
+                        let _ = flushed.send(());
+                        let _ = go.recv();
+                        reply(unique, 0, &[]);
+                    }
+                    2 | 36 | 42 => {} // FORGET, INTERRUPT, BATCH_FORGET: no reply
+                    _ => reply(unique, -libc::ENOSYS, &[]),
+                }
+            }
         });
-        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.join("guest-memory"))
+            .unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let verdict = Region::check_peer_file(file.as_fd());
+            crate::unix::dispose(file.into());
+            tx.send(verdict).unwrap();
+        });
+        let verdict = rx.recv_timeout(Duration::from_secs(5));
+        let flushing = flush_seen.recv_timeout(Duration::from_secs(5));
+        let _ = answer.send(());
         // SAFETY: umount2(2) with a NUL-terminated string that outlives the call.
         unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
         drop(dev);
+        server.join().unwrap();
         let _ = std::fs::remove_dir(&dir);
-        match got
-            .expect("the check returned at once")
-            .expect("O_PATH open")
-        {
+        match verdict.expect("check and dispose returned at once, FLUSH unanswered") {
             Err(ShmError::PeerServedFile { fs }) => assert_eq!(fs, "fuse"),
             other => panic!("a FUSE file is refused, got {other:?}"),
         }
+        flushing.expect("the close went on elsewhere: the server got its FLUSH");
     }
 
     /// An unlinked file in the working directory (on the disk the build is on).

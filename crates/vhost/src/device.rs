@@ -25,7 +25,7 @@ use vhost::vhost_user::{
 use vhost::VhostUserMemoryRegionBase;
 
 use memnic_ethdev::MacAddr;
-use memnic_shm::unix::EventFd;
+use memnic_shm::unix::{dispose, EventFd};
 
 use crate::mem::{MemTable, RegionDesc, MAX_MEM_SLOTS};
 use crate::packed::PackedRing;
@@ -683,8 +683,11 @@ impl VhostUserBackendReqHandlerMut for Device {
         self.install_or_refuse(Some(index as usize))
     }
 
-    fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
+    fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
         trace(format_args!("set_vring_err"));
+        if let Some(f) = fd {
+            dispose(f.into());
+        }
         self.vring(index as u32)?;
         Ok(())
     }
@@ -768,7 +771,8 @@ impl VhostUserBackendReqHandlerMut for Device {
         Err(invalid("inflight tracking not offered"))
     }
 
-    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> VuResult<()> {
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, file: File) -> VuResult<()> {
+        dispose(file.into());
         trace(format_args!("set_inflight_fd"));
         Err(invalid("inflight tracking not offered"))
     }
@@ -829,9 +833,10 @@ impl VhostUserBackendReqHandlerMut for Device {
         &mut self,
         _direction: VhostTransferStateDirection,
         _phase: VhostTransferStatePhase,
-        _fd: File,
+        fd: File,
     ) -> VuResult<Option<File>> {
         trace(format_args!("set_device_state_fd"));
+        dispose(fd.into());
         Err(invalid("device state transfer not offered"))
     }
 
@@ -840,7 +845,8 @@ impl VhostUserBackendReqHandlerMut for Device {
         Err(invalid("device state transfer not offered"))
     }
 
-    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VuResult<()> {
+    fn set_log_base(&mut self, _log: &VhostUserLog, file: File) -> VuResult<()> {
+        dispose(file.into());
         trace(format_args!("set_log_base"));
         Err(invalid("dirty logging not offered"))
     }

@@ -13,9 +13,10 @@
 //! data path that holds the old one keeps its mappings until it lets go.
 
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
+use memnic_shm::unix::dispose;
 use memnic_shm::{Region, ShmError};
 
 /// The most regions a table holds (SET_MEM_TABLE carries at most 8; ADD_MEM_REG can add more,
@@ -72,7 +73,28 @@ pub struct GuestRegion {
 }
 
 impl GuestRegion {
+    /// Maps `fd` as `desc` says; a refused fd is closed elsewhere (`dispose`: a FUSE file's
+    /// close waits for its server, maybe the frontend).
     fn map(desc: RegionDesc, fd: OwnedFd) -> Result<GuestRegion, MemError> {
+        let len = match GuestRegion::check(desc, fd.as_fd()) {
+            Ok(len) => len,
+            Err(e) => {
+                dispose(fd);
+                return Err(e);
+            }
+        };
+        let map = Region::from_fd_mapping_only(fd, len).map_err(|source| MemError::Map {
+            gpa: desc.guest_phys_addr,
+            source,
+        })?;
+        Ok(GuestRegion {
+            desc,
+            map: Arc::new(map),
+        })
+    }
+
+    /// What must hold of a region before its fd is mapped; the length to map.
+    fn check(desc: RegionDesc, fd: BorrowedFd<'_>) -> Result<usize, MemError> {
         let RegionDesc {
             guest_phys_addr: gpa,
             memory_size: size,
@@ -87,13 +109,8 @@ impl GuestRegion {
         uva.checked_add(size - 1).ok_or_else(wraps)?;
         let len = offset.checked_add(size).ok_or_else(wraps)?;
         let len = usize::try_from(len).map_err(|_| wraps())?;
-        Region::check_peer_file(fd.as_fd()).map_err(|source| MemError::Map { gpa, source })?;
-        let map = Region::from_fd_mapping_only(fd, len)
-            .map_err(|source| MemError::Map { gpa, source })?;
-        Ok(GuestRegion {
-            desc,
-            map: Arc::new(map),
-        })
+        Region::check_peer_file(fd).map_err(|source| MemError::Map { gpa, source })?;
+        Ok(len)
     }
 
     /// The mapping and where guest address `gpa` is in it, when `gpa..gpa+len` is inside this
@@ -127,18 +144,27 @@ pub struct MemTable {
 impl MemTable {
     /// Maps a SET_MEM_TABLE: one fd per region, in order.
     pub fn new(descs: &[RegionDesc], files: Vec<File>) -> Result<MemTable, MemError> {
+        let refused = |e: MemError, files: &mut dyn Iterator<Item = File>| {
+            files.for_each(|f| dispose(f.into()));
+            Err(e)
+        };
+        let mut files = files.into_iter();
         if descs.len() > MAX_MEM_SLOTS {
-            return Err(MemError::TooMany(descs.len()));
+            return refused(MemError::TooMany(descs.len()), &mut files);
         }
         if descs.len() != files.len() {
-            return Err(MemError::FdCount {
+            let e = MemError::FdCount {
                 regions: descs.len(),
                 fds: files.len(),
-            });
+            };
+            return refused(e, &mut files);
         }
         let mut t = MemTable::default();
-        for (d, f) in descs.iter().zip(files) {
-            t = t.with(*d, f)?;
+        for (d, f) in descs.iter().zip(&mut files) {
+            t = match t.with(*d, f) {
+                Ok(t) => t,
+                Err(e) => return refused(e, &mut files),
+            };
         }
         Ok(t)
     }
@@ -146,11 +172,13 @@ impl MemTable {
     /// This table plus one region (ADD_MEM_REG).
     pub fn with(&self, desc: RegionDesc, file: File) -> Result<MemTable, MemError> {
         if self.regions.len() >= MAX_MEM_SLOTS {
+            dispose(file.into());
             return Err(MemError::TooMany(self.regions.len() + 1));
         }
         let mapped = |d: &RegionDesc| u128::from(d.mmap_offset) + u128::from(d.memory_size);
         let total = self.regions.iter().map(|r| mapped(&r.desc)).sum::<u128>() + mapped(&desc);
         if total > u128::from(MAX_MAPPED) {
+            dispose(file.into());
             return Err(MemError::TooLarge { total });
         }
         let new = GuestRegion::map(desc, OwnedFd::from(file))?;

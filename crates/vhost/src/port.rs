@@ -685,23 +685,24 @@ impl Watchdog {
 }
 
 /// Empties every call eventfd a frontend filled to the top (`EventFd::unjam`): those of the
-/// rings in the queues, and those the control thread is notifying. A frontend shares the
+/// rings in the queues, those a queue is notifying outside its burst (`VringSlot::calling`),
+/// and those the control thread is notifying. A frontend shares the
 /// eventfd's O_NONBLOCK with us and can clear it; filling the counter just after our look
 /// leaves our write blocked (a queue's lcore, and every install after it, or the control
 /// thread) until the counter is read. Returns whether it found one (no honest frontend lets
 /// 2^64 - 2 calls pile up).
 fn unjam_calls(shared: &Shared) -> bool {
-    let mut calls: Vec<Arc<EventFd>> = shared
-        .slots
-        .iter()
-        .filter_map(|s| {
+    let mut calls: Vec<Arc<EventFd>> = Vec::new();
+    for s in &shared.slots {
+        calls.extend(
             s.conn
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
-                .and_then(|c| c.call.clone())
-        })
-        .collect();
+                .and_then(|c| c.call.clone()),
+        );
+        calls.extend(s.calling.lock().unwrap_or_else(|p| p.into_inner()).clone());
+    }
     calls.extend(
         shared
             .calling
@@ -798,6 +799,38 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calls made outside an install's reach: a queue's in `wait` (outside its burst, so
+    /// its ring may be replaced meanwhile) and the control thread's. A write blocked on a
+    /// jammed eventfd listed there is released by the watchdog, with no frontend connected.
+    #[test]
+    fn the_watchdog_releases_calls_blocked_outside_the_rings_in_place() {
+        let dir = std::env::temp_dir().join(format!("memnic-calling-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = VhostPort::new("calling", VhostConfig::new(dir.join("s"))).unwrap();
+        for in_slot in [true, false] {
+            let call = Arc::new(EventFd::new().unwrap());
+            call.try_clone().unwrap().jam().unwrap();
+            if in_slot {
+                *port.shared.slot(1).calling.lock().unwrap() = Some(call.clone());
+            } else {
+                port.shared.calling.lock().unwrap().push(call.clone());
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            let ours = call.try_clone().unwrap();
+            let t = std::thread::spawn(move || {
+                ours.notify_blocking().unwrap();
+                tx.send(()).unwrap();
+            });
+            rx.recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("released (in the slot: {in_slot})"));
+            t.join().unwrap();
+            port.shared.slot(1).calling.lock().unwrap().take();
+            port.shared.calling.lock().unwrap().clear();
+        }
+        drop(port);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn devargs_turn_dequeue_zero_copy_on_with_dpdks_name() {

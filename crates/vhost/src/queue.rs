@@ -63,6 +63,8 @@ pub struct VringSlot {
     /// when it makes the check before sleeping, and by the control thread when it makes it
     /// for a ring taken from the queue ([`settle_leaving`]).
     pub call_due: AtomicBool,
+    /// The call eventfd the queue is notifying outside its burst (`wait`), for the watchdog.
+    pub calling: Mutex<Option<Arc<EventFd>>>,
     /// Chains refused (see `chain`), and rings found broken.
     pub bad_chains: AtomicU64,
     pub broken: AtomicU64,
@@ -343,7 +345,11 @@ impl RxQueue for VhostRxQueue {
             let words = OnGuest { ring: r, event_idx: c.event_idx };
             // A call the last burst deferred to its next poll is made before we stop polling.
             if let Some(call) = c.call.as_ref().filter(|_| s.calls.settle(&words)) {
+                // Outside the gate, the slot's ring can be replaced while this call is stuck
+                // on a jammed eventfd: the watchdog unjams it from here (`unjam_calls`).
+                *slot.calling.lock().unwrap_or_else(|p| p.into_inner()) = Some(call.clone());
                 let _ = call.notify();
+                *slot.calling.lock().unwrap_or_else(|p| p.into_inner()) = None;
             }
             // Made: a ring taken from us while we sleep owes nothing. Relaxed: outside the
             // gate, a control thread that reads the old value makes the check once more (a

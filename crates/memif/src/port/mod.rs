@@ -36,7 +36,7 @@ use memnic_ethdev::{
     Devargs, LinkStatus, Mempool, Port, PortError, PortInfo, QueueMemory, QueueStats, RxQueue,
     StatsCell, TxQueue,
 };
-use memnic_shm::unix::{EventFd, SeqpacketConn, SocketAddrSpec};
+use memnic_shm::unix::{dispose, EventFd, SeqpacketConn, SocketAddrSpec};
 use memnic_shm::{Region, ShmError};
 
 use crate::msg::{AddRing, Msg, MsgError, RingDirection, Secret};
@@ -460,11 +460,15 @@ impl MemifPort {
                 self.disconnect(&reason, false);
                 return;
             }
+            let mut fd = fds.pop();
             let res = match (self.cfg.role, self.is_connected()) {
                 (_, true) => Err(Refusal::from("Unexpected message")),
-                (Role::Server, false) => self.server_step(m, fds.pop()),
+                (Role::Server, false) => self.server_step(m, &mut fd),
                 (Role::Client, false) => self.client_step(m),
             };
+            // What the step did not keep is closed elsewhere (a FUSE file's close waits on
+            // its server, maybe the peer).
+            fds.into_iter().chain(fd).for_each(dispose);
             if let Err(Refusal(reason)) = res {
                 self.disconnect(&reason, true);
                 return;

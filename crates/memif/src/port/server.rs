@@ -26,13 +26,15 @@ impl MemifPort {
             return;
         };
         self.phase = Phase::Handshake(Box::new(Handshake::new(p.conn, self.step_deadline())));
-        if let Err(Refusal(reason)) = self.server_step(Msg::Init(p.init), None) {
+        if let Err(Refusal(reason)) = self.server_step(Msg::Init(p.init), &mut None) {
             self.disconnect(&reason, true);
         }
     }
 
     /// Server: one message of the handshake, ACKed; a refusal disconnects with its reason.
-    pub(super) fn server_step(&mut self, m: Msg, fd: Option<OwnedFd>) -> Result<(), Refusal> {
+    /// `fd`: the message's descriptor, taken when it is kept (the caller disposes of what is
+    /// left, `memnic_shm::unix::dispose`).
+    pub(super) fn server_step(&mut self, m: Msg, fd: &mut Option<OwnedFd>) -> Result<(), Refusal> {
         // Rings a client may add in each direction: one per queue we have (at least one).
         let ring_count = self.nq().clamp(1, MAX_QUEUES);
         let Phase::Handshake(h) = &mut self.phase else {
@@ -50,12 +52,20 @@ impl MemifPort {
             }
             Msg::AddRegion(r) if h.inited => {
                 r.check_next(h.regions.len())?;
-                let fd = fd.ok_or("Missing region fd")?;
                 // memfd or hugetlbfs, as DPDK and VPP send: anything else is asked about
                 // nothing more (a file on a filesystem the peer serves could hang us).
-                if !Region::is_shared_memory_fd(fd.as_fd()) {
-                    return Err("Region fd is not shared memory".into());
+                if !fd
+                    .as_ref()
+                    .is_some_and(|f| Region::is_shared_memory_fd(f.as_fd()))
+                {
+                    return Err(if fd.is_none() {
+                        "Missing region fd"
+                    } else {
+                        "Region fd is not shared memory"
+                    }
+                    .into());
                 }
+                let fd = fd.take().ok_or("Missing region fd")?;
                 let file = std::fs::File::from(fd);
                 let len = file.metadata().map(|m| m.len()).unwrap_or(0);
                 r.check_file_size(len)?;
@@ -74,7 +84,7 @@ impl MemifPort {
                 ring.check_size(msg::MAX_LOG2_RING_SIZE)?;
                 ring.check_region(h.regions.len())?;
                 ring.check_in_region(h.regions[ring.region as usize].len() as u64)?;
-                let fd = fd.ok_or("Missing interrupt fd")?;
+                let fd = fd.take().ok_or("Missing interrupt fd")?;
                 let irq = EventFd::from_fd(fd).map_err(|_| "Invalid interrupt fd")?;
                 h.rings.push((ring, Arc::new(irq)));
             }

@@ -7,6 +7,7 @@
 //!   [`send`](SeqpacketConn::send) / [`recv`](SeqpacketConn::recv) with descriptors attached.
 //! * [`EventFd`]: memif's per-ring interrupt line.
 //! * [`poll`] with [`PollFd`]: wait for any of several descriptors, with a timeout.
+//! * [`dispose`]: close a descriptor a peer sent without waiting on the peer (FUSE).
 //!
 //! Every descriptor is created close-on-exec (`SOCK_CLOEXEC`, `MSG_CMSG_CLOEXEC`, `EFD_CLOEXEC`)
 //! and is owned by an [`OwnedFd`], so it is closed on drop.
@@ -20,11 +21,13 @@
 //! [`Received`] closes them.
 
 mod addr;
+mod dispose;
 mod eventfd;
 mod poll;
 mod socket;
 
 pub use addr::SocketAddrSpec;
+pub use dispose::dispose;
 pub use eventfd::EventFd;
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
