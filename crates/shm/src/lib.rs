@@ -104,7 +104,7 @@ pub enum ShmError {
     NotEventFd { kind: String },
     #[error("the file is on a {fs} filesystem, which a process serves (the peer could stall every access to it): give shared memory (memfd, tmpfs, hugetlbfs) or a file on a local filesystem")]
     PeerServedFile { fs: String },
-    #[error("the file is on mount {mnt_id}, which is not in this process's mount table, so its filesystem is unknown (it could be one the peer serves): give shared memory (memfd, tmpfs, hugetlbfs) or a file on a filesystem mounted here")]
+    #[error("the file is on mount {mnt_id}, which neither this process's mount table nor the peer's lists, so its filesystem is unknown (it could be one the peer serves): give shared memory (memfd, tmpfs, hugetlbfs) or a file on a filesystem mounted here")]
     UnknownMount { mnt_id: u64 },
     #[error("cannot map another memory region a peer controls: all {max} slots of the SIGBUS protection are in use (drop the regions of peers that are gone)")]
     TooManyPeerMappings { max: usize },

@@ -381,10 +381,11 @@ impl Region {
     /// itself (FUSE): our `fstat` of it, and every page fault in its mapping, would wait on
     /// that process, which may never answer. Shared memory passes at once
     /// ([`is_shared_memory_fd`](Self::is_shared_memory_fd)); any other file (QEMU's
-    /// file-backed guest memory on a disk) passes when this process's mount table names its
-    /// filesystem and that is not FUSE. Asks the filesystem nothing: the mount comes from
-    /// `/proc/self/fdinfo`, its type from `/proc/self/mountinfo`.
-    pub fn check_peer_file(fd: BorrowedFd<'_>) -> Result<()> {
+    /// file-backed guest memory on a disk) passes when a mount table names its filesystem and
+    /// that is not FUSE: ours, or, for a mount only the peer's namespace has, the peer's
+    /// (`peer_pid`, from SO_PEERCRED). Asks the filesystem nothing: the mount comes from
+    /// `/proc/self/fdinfo`, its type from `/proc/<pid>/mountinfo`.
+    pub fn check_peer_file(fd: BorrowedFd<'_>, peer_pid: Option<i32>) -> Result<()> {
         if Region::is_shared_memory_fd(fd) {
             return Ok(());
         }
@@ -404,13 +405,21 @@ impl Region {
                     io::Error::new(io::ErrorKind::InvalidData, "no mnt_id line"),
                 )
             })?;
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| proc_err("/proc/self/mountinfo", e))?;
-        match filesystem_of_mount(&mounts, mnt_id) {
-            Some(fs) if is_fuse(fs) => Err(ShmError::PeerServedFile { fs: fs.to_string() }),
-            Some(_) => Ok(()),
-            None => Err(ShmError::UnknownMount { mnt_id }),
+        // Mount ids are unique system-wide; a namespace lists only its own mounts.
+        let tables = std::iter::once("self".to_string()).chain(peer_pid.map(|p| p.to_string()));
+        for who in tables {
+            let Ok(mounts) = std::fs::read_to_string(format!("/proc/{who}/mountinfo")) else {
+                continue;
+            };
+            match filesystem_of_mount(&mounts, mnt_id) {
+                Some(fs) if is_fuse(fs) => {
+                    return Err(ShmError::PeerServedFile { fs: fs.to_string() })
+                }
+                Some(_) => return Ok(()),
+                None => {}
+            }
         }
+        Err(ShmError::UnknownMount { mnt_id })
     }
 
     /// Maps `len` bytes of a shared-memory fd received from a peer (memif regions).
@@ -1152,11 +1161,11 @@ mod tests {
 
         // Real files: a memfd, a file beside the test's working directory, /proc.
         let memfd = Region::memfd("peer-file", 4096, false).unwrap();
-        Region::check_peer_file(memfd.fd().unwrap()).unwrap();
+        Region::check_peer_file(memfd.fd().unwrap(), None).unwrap();
         let disk = tempfile_in_cwd();
-        Region::check_peer_file(disk.as_fd()).unwrap();
+        Region::check_peer_file(disk.as_fd(), None).unwrap();
         let proc = File::open("/proc/self/status").unwrap();
-        Region::check_peer_file(proc.as_fd()).unwrap();
+        Region::check_peer_file(proc.as_fd(), None).unwrap();
     }
 
     /// A real FUSE mount served by the test: it answers what opening a file takes (INIT,
@@ -1286,7 +1295,7 @@ mod tests {
             .unwrap();
         let (tx, rx) = channel();
         std::thread::spawn(move || {
-            let verdict = Region::check_peer_file(file.as_fd());
+            let verdict = Region::check_peer_file(file.as_fd(), None);
             crate::unix::dispose(file.into());
             tx.send(verdict).unwrap();
         });
@@ -1303,6 +1312,45 @@ mod tests {
             other => panic!("a FUSE file is refused, got {other:?}"),
         }
         flushing.expect("the close went on elsewhere: the server got its FLUSH");
+    }
+
+    /// A file on a mount only another mount namespace has (a ramfs a child `unshare -m`
+    /// mounted, opened through its /proc root): unknown in ours, so refused, unless the
+    /// peer's mount table is asked, which names it. Needs root and util-linux's `unshare`.
+    #[test]
+    fn a_mount_only_the_peers_namespace_has_is_looked_up_in_the_peers_table() {
+        let dir = std::env::temp_dir().join(format!("memnic-ns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = format!(
+            "mount -t ramfs memnic-ns {d} && echo x > {d}/guest-memory && echo ready && exec sleep 30",
+            d = dir.display()
+        );
+        let mut child = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux)");
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "the child mounted its ramfs (root needed)"
+        );
+        let pid = child.id() as i32;
+        let path = format!("/proc/{pid}/root{}/guest-memory", dir.display());
+        let file = File::open(&path).unwrap();
+        let ours = Region::check_peer_file(file.as_fd(), None);
+        let theirs = Region::check_peer_file(file.as_fd(), Some(pid));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir(&dir);
+        assert!(
+            matches!(ours, Err(ShmError::UnknownMount { .. })),
+            "not in our table: {ours:?}"
+        );
+        theirs.expect("the peer's table names ramfs");
     }
 
     /// An unlinked file in the working directory (on the disk the build is on).

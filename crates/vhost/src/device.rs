@@ -73,6 +73,8 @@ struct Vring {
 /// What the frontend configured; lives as long as its connection.
 pub struct Device {
     shared: Arc<Shared>,
+    /// The frontend's pid (SO_PEERCRED), for its mount table (see `MemTable::new`).
+    pub peer_pid: Option<i32>,
     mac: MacAddr,
     mtu: u16,
     offered: u64,
@@ -125,6 +127,7 @@ impl Device {
         }
         Device {
             shared,
+            peer_pid: None,
             mac,
             mtu,
             offered,
@@ -569,7 +572,7 @@ impl VhostUserBackendReqHandlerMut for Device {
                 mmap_offset: r.mmap_offset,
             })
             .collect();
-        let table = MemTable::new(&descs, files).map_err(|e| {
+        let table = MemTable::new(&descs, files, self.peer_pid).map_err(|e| {
             self.last_error = Some(e.to_string());
             invalid("memory table refused")
         })?;
@@ -797,7 +800,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         };
         let empty = MemTable::default();
         let cur = self.mem.as_deref().unwrap_or(&empty);
-        let table = cur.with(d, fd).map_err(|e| {
+        let table = cur.with(d, fd, self.peer_pid).map_err(|e| {
             self.last_error = Some(e.to_string());
             invalid("memory region refused")
         })?;

@@ -75,8 +75,8 @@ pub struct GuestRegion {
 impl GuestRegion {
     /// Maps `fd` as `desc` says; a refused fd is closed elsewhere (`dispose`: a FUSE file's
     /// close waits for its server, maybe the frontend).
-    fn map(desc: RegionDesc, fd: OwnedFd) -> Result<GuestRegion, MemError> {
-        let len = match GuestRegion::check(desc, fd.as_fd()) {
+    fn map(desc: RegionDesc, fd: OwnedFd, peer: Option<i32>) -> Result<GuestRegion, MemError> {
+        let len = match GuestRegion::check(desc, fd.as_fd(), peer) {
             Ok(len) => len,
             Err(e) => {
                 dispose(fd);
@@ -94,7 +94,7 @@ impl GuestRegion {
     }
 
     /// What must hold of a region before its fd is mapped; the length to map.
-    fn check(desc: RegionDesc, fd: BorrowedFd<'_>) -> Result<usize, MemError> {
+    fn check(desc: RegionDesc, fd: BorrowedFd<'_>, peer: Option<i32>) -> Result<usize, MemError> {
         let RegionDesc {
             guest_phys_addr: gpa,
             memory_size: size,
@@ -109,7 +109,7 @@ impl GuestRegion {
         uva.checked_add(size - 1).ok_or_else(wraps)?;
         let len = offset.checked_add(size).ok_or_else(wraps)?;
         let len = usize::try_from(len).map_err(|_| wraps())?;
-        Region::check_peer_file(fd).map_err(|source| MemError::Map { gpa, source })?;
+        Region::check_peer_file(fd, peer).map_err(|source| MemError::Map { gpa, source })?;
         Ok(len)
     }
 
@@ -142,8 +142,13 @@ pub struct MemTable {
 }
 
 impl MemTable {
-    /// Maps a SET_MEM_TABLE: one fd per region, in order.
-    pub fn new(descs: &[RegionDesc], files: Vec<File>) -> Result<MemTable, MemError> {
+    /// Maps a SET_MEM_TABLE: one fd per region, in order. `peer`: the frontend's pid, whose
+    /// mount table names a file's filesystem when ours does not (`Region::check_peer_file`).
+    pub fn new(
+        descs: &[RegionDesc],
+        files: Vec<File>,
+        peer: Option<i32>,
+    ) -> Result<MemTable, MemError> {
         let refused = |e: MemError, files: &mut dyn Iterator<Item = File>| {
             files.for_each(|f| dispose(f.into()));
             Err(e)
@@ -161,7 +166,7 @@ impl MemTable {
         }
         let mut t = MemTable::default();
         for (d, f) in descs.iter().zip(&mut files) {
-            t = match t.with(*d, f) {
+            t = match t.with(*d, f, peer) {
                 Ok(t) => t,
                 Err(e) => return refused(e, &mut files),
             };
@@ -170,7 +175,12 @@ impl MemTable {
     }
 
     /// This table plus one region (ADD_MEM_REG).
-    pub fn with(&self, desc: RegionDesc, file: File) -> Result<MemTable, MemError> {
+    pub fn with(
+        &self,
+        desc: RegionDesc,
+        file: File,
+        peer: Option<i32>,
+    ) -> Result<MemTable, MemError> {
         if self.regions.len() >= MAX_MEM_SLOTS {
             dispose(file.into());
             return Err(MemError::TooMany(self.regions.len() + 1));
@@ -181,7 +191,7 @@ impl MemTable {
             dispose(file.into());
             return Err(MemError::TooLarge { total });
         }
-        let new = GuestRegion::map(desc, OwnedFd::from(file))?;
+        let new = GuestRegion::map(desc, OwnedFd::from(file), peer)?;
         let mut regions: Vec<GuestRegion> = self.regions.iter().map(GuestRegion::share).collect();
         let at = regions.partition_point(|r| r.desc.guest_phys_addr < desc.guest_phys_addr);
         regions.insert(at, new);

@@ -730,7 +730,11 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
         return;
     };
     shared.connects.fetch_add(1, Relaxed);
-    let device = Arc::new(Mutex::new(Device::new(shared.clone(), cfg.mac, cfg.mtu)));
+    let mut device = Device::new(shared.clone(), cfg.mac, cfg.mtu);
+    device.peer_pid = memnic_shm::unix::peer_cred(stream.as_fd())
+        .ok()
+        .map(|c| c.pid);
+    let device = Arc::new(Mutex::new(device));
     let mut handler = BackendReqHandler::from_stream(stream, device.clone());
     let timeout = cfg.message_timeout;
     let dog = &shared.dog;

@@ -45,7 +45,7 @@ impl Guest {
             userspace_addr: UVA,
             mmap_offset: 0,
         };
-        let table = MemTable::new(&[d], vec![fd_of(&mem)]).unwrap();
+        let table = MemTable::new(&[d], vec![fd_of(&mem)], None).unwrap();
         Guest { mem, table }
     }
 
@@ -223,6 +223,7 @@ fn a_buffer_across_two_regions_is_split_or_refused() {
     let t = MemTable::new(
         &[desc(0x20000, 0x9000_0000), desc(0x10000, 0x8000_0000)],
         vec![fd_of(&b), fd_of(&a)],
+        None,
     )
     .unwrap();
     let mut pieces = Vec::new();
@@ -232,12 +233,14 @@ fn a_buffer_across_two_regions_is_split_or_refused() {
     let gap = MemTable::new(
         &[desc(0x10000, 0x8000_0000), desc(0x30000, 0x9000_0000)],
         vec![fd_of(&a), fd_of(&b)],
+        None,
     )
     .unwrap();
     assert!(!gap.for_each_piece(0x1fff0, 0x20, |_, _, _| {}));
     assert!(MemTable::new(
         &[desc(0x10000, 0), desc(0x18000, 0x10_0000)],
-        vec![fd_of(&a), fd_of(&b)]
+        vec![fd_of(&a), fd_of(&b)],
+        None
     )
     .is_err());
 }

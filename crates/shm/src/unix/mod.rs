@@ -31,7 +31,7 @@ pub use dispose::dispose;
 pub use eventfd::EventFd;
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
-    PeerCred, Received, SeqpacketConn, SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS,
+    peer_cred, PeerCred, Received, SeqpacketConn, SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS,
 };
 
 use std::io;

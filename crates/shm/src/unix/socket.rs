@@ -457,35 +457,41 @@ impl SeqpacketConn {
 
     /// The peer's pid, uid and gid, as the kernel recorded them at connect (SO_PEERCRED).
     pub fn peer_cred(&self) -> Result<PeerCred> {
-        let mut cred = libc::ucred {
-            pid: 0,
-            uid: 0,
-            gid: 0,
-        };
-        let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: `cred` is a live ucred and `len` its size; the kernel writes at most `len` bytes.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut cred as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        if rc < 0 {
-            return Err(os_err(
-                "read the peer credentials of",
-                "a SEQPACKET socket",
-                io::Error::last_os_error(),
-            ));
-        }
-        Ok(PeerCred {
-            pid: cred.pid,
-            uid: cred.uid,
-            gid: cred.gid,
-        })
+        peer_cred(self.fd.as_fd())
     }
+}
+
+/// The pid, uid and gid of the peer of a connected AF_UNIX socket of any type, as the kernel
+/// recorded them at connect (SO_PEERCRED).
+pub fn peer_cred(fd: BorrowedFd<'_>) -> Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a live ucred and `len` its size; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(os_err(
+            "read the peer credentials of",
+            "a socket",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(PeerCred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
 }
 
 impl AsFd for SeqpacketConn {
