@@ -1314,45 +1314,6 @@ mod tests {
         flushing.expect("the close went on elsewhere: the server got its FLUSH");
     }
 
-    /// A file on a mount only another mount namespace has (a ramfs a child `unshare -m`
-    /// mounted, opened through its /proc root): unknown in ours, so refused, unless the
-    /// peer's mount table is asked, which names it. Needs root and util-linux's `unshare`.
-    #[test]
-    fn a_mount_only_the_peers_namespace_has_is_looked_up_in_the_peers_table() {
-        let dir = std::env::temp_dir().join(format!("memnic-ns-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let script = format!(
-            "mount -t ramfs memnic-ns {d} && echo x > {d}/guest-memory && echo ready && exec sleep 30",
-            d = dir.display()
-        );
-        let mut child = std::process::Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("unshare (util-linux)");
-        let mut line = String::new();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-        assert_eq!(
-            line.trim(),
-            "ready",
-            "the child mounted its ramfs (root needed)"
-        );
-        let pid = child.id() as i32;
-        let path = format!("/proc/{pid}/root{}/guest-memory", dir.display());
-        let file = File::open(&path).unwrap();
-        let ours = Region::check_peer_file(file.as_fd(), None);
-        let theirs = Region::check_peer_file(file.as_fd(), Some(pid));
-        let _ = child.kill();
-        let _ = child.wait();
-        let _ = std::fs::remove_dir(&dir);
-        assert!(
-            matches!(ours, Err(ShmError::UnknownMount { .. })),
-            "not in our table: {ours:?}"
-        );
-        theirs.expect("the peer's table names ramfs");
-    }
-
     /// An unlinked file in the working directory (on the disk the build is on).
     fn tempfile_in_cwd() -> File {
         let path = format!("peer-file-{}", std::process::id());

@@ -151,6 +151,62 @@ pub fn unlinked_file(dir: &std::path::Path, tag: &str, len: u64) -> std::fs::Fil
     f
 }
 
+/// A file on a mount only another mount namespace has: a child (`unshare -m`) mounts a ramfs
+/// in its own namespace and keeps it while this lives; the file is opened through the child's
+/// /proc root. Its mount id is in no mount table of ours. Needs root and util-linux.
+pub struct ForeignMountFile {
+    child: std::process::Child,
+    pub file: std::fs::File,
+    dir: std::path::PathBuf,
+}
+
+impl ForeignMountFile {
+    pub fn new(tag: &str) -> ForeignMountFile {
+        let dir = std::env::temp_dir().join(format!("memnic-ns-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = format!(
+            "mount -t ramfs memnic-ns {d} && head -c 65536 /dev/zero > {d}/f && echo ready \
+             && exec sleep 600",
+            d = dir.display()
+        );
+        let mut child = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux)");
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "the child mounted its ramfs (root needed)"
+        );
+        let path = format!("/proc/{}/root{}/f", child.id(), dir.display());
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        // (The directory stays until drop: removing it here would detach the child's mount
+        // from its namespace too.)
+        ForeignMountFile { child, file, dir }
+    }
+
+    /// The child's pid: a process whose mount table names the file's mount.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for ForeignMountFile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
 /// A private pool (no hugepages) whose buffers hold `data_room` bytes.
 pub fn pool(name: &str, count: u32, data_room: u32) -> Mempool {
     pool_of(name, count, data_room, false)

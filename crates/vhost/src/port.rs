@@ -579,6 +579,35 @@ fn take_own_request(stream: &UnixStream, device: &Mutex<Device>) -> Result<bool,
     })
 }
 
+/// The most descriptors one vhost-user message carries (rust-vmm takes no more).
+const MAX_MSG_FDS: usize = 32;
+
+/// Looks at the descriptors the frontend attached to its next message before rust-vmm takes
+/// them: rust-vmm closes those it does not pass on (fds on a request that takes none, a message
+/// it refuses) on this thread, and closing a file whose filesystem a process serves (FUSE)
+/// waits for that process, maybe the frontend itself. A message with such a file (or one on a
+/// mount no table names) is taken here, its descriptors closed elsewhere (`dispose`), and the
+/// frontend dropped with why.
+fn screen_fds(sock: &UnixStream, peer: Option<i32>) -> Result<(), String> {
+    use memnic_shm::unix::{closes_without_a_server, dispose, peek_fds, take_fds};
+    let fds = peek_fds(sock.as_fd(), MAX_MSG_FDS).map_err(|e| e.to_string())?;
+    let bad = fds
+        .iter()
+        .position(|f| !closes_without_a_server(f.as_fd(), peer));
+    fds.into_iter().for_each(dispose);
+    let Some(i) = bad else {
+        return Ok(());
+    };
+    // The descriptors came with the message's first bytes (its header).
+    if let Ok(fds) = take_fds(sock.as_fd(), 12, MAX_MSG_FDS) {
+        fds.into_iter().for_each(dispose);
+    }
+    Err(format!(
+        "descriptor {i} of a message is a file on FUSE or on a mount no table names \
+         (a process could stall every access to it)"
+    ))
+}
+
 fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
     let mut fds = [PollFd::readable(fd)];
     let _ = poll(&mut fds, Some(TICK));
@@ -731,9 +760,10 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     };
     shared.connects.fetch_add(1, Relaxed);
     let mut device = Device::new(shared.clone(), cfg.mac, cfg.mtu);
-    device.peer_pid = memnic_shm::unix::peer_cred(stream.as_fd())
+    let peer = memnic_shm::unix::peer_cred(stream.as_fd())
         .ok()
         .map(|c| c.pid);
+    device.peer_pid = peer;
     let device = Arc::new(Mutex::new(device));
     let mut handler = BackendReqHandler::from_stream(stream, device.clone());
     let timeout = cfg.message_timeout;
@@ -766,6 +796,10 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
                 dog.disarm();
                 break why;
             }
+        }
+        if let Err(why) = screen_fds(&watch, peer) {
+            dog.disarm();
+            break why;
         }
         let r = handler.handle_request();
         let fired = dog.disarm();

@@ -416,6 +416,36 @@ fn fds_on_a_request_that_takes_none_are_refused_and_closed() {
     );
 }
 
+/// A descriptor rust-vmm would close on our control thread (here on GET_FEATURES, which takes
+/// none) that is a file on a mount no table of ours names (a child's private ramfs: it could
+/// as well be FUSE, whose close waits for its server): the message is taken before rust-vmm
+/// sees it, the descriptor closed elsewhere, and the frontend dropped with why. The same file
+/// as guest memory is refused the same way; the next frontend is served.
+#[test]
+fn a_file_on_a_mount_no_table_names_is_refused_before_rust_vmm_closes_it() {
+    let mut b = Bench::new("hostile-mnt", Duration::from_secs(5));
+    let foreign = memnic_test_support::ForeignMountFile::new("vhost");
+    let raw = Raw::connect(&b.tp.path);
+    raw.send(GET_FEATURES, &[], &[foreign.file.as_raw_fd()]);
+    b.refused(
+        "a foreign-mount fd on GET_FEATURES",
+        raw,
+        "on a mount no table names",
+    );
+    let mut raw = Raw::connect(&b.tp.path);
+    raw.hello(0);
+    raw.send(
+        SET_MEM_TABLE,
+        &memtable(1, &[(0, 0x10000, UVA, 0)]),
+        &[foreign.file.as_raw_fd()],
+    );
+    b.refused(
+        "a foreign-mount file as guest memory",
+        raw,
+        "on a mount no table names",
+    );
+}
+
 #[test]
 fn bad_memory_tables_are_refused_and_the_next_frontend_is_served() {
     const S: u64 = SIZE as u64;

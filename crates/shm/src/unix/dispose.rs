@@ -39,6 +39,13 @@ pub fn dispose(fd: OwnedFd) {
     }
 }
 
+/// Whether closing `fd`, a descriptor a peer sent, asks no process anything: it closes at
+/// once (see [`dispose`]), or it is a file on a mount a table names and that is not FUSE
+/// ([`Region::check_peer_file`], `peer_pid` as there).
+pub fn closes_without_a_server(fd: BorrowedFd<'_>, peer_pid: Option<i32>) -> bool {
+    closes_at_once(fd) || Region::check_peer_file(fd, peer_pid).is_ok()
+}
+
 /// Whether closing `fd` asks no process anything: shared memory (no flush), or what
 /// `/proc/self/fd` names as an anonymous file, a socket or a pipe (asked of the kernel's own
 /// record of the descriptor, not of its filesystem).

@@ -27,11 +27,12 @@ mod poll;
 mod socket;
 
 pub use addr::SocketAddrSpec;
-pub use dispose::dispose;
+pub use dispose::{closes_without_a_server, dispose};
 pub use eventfd::EventFd;
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
-    peer_cred, PeerCred, Received, SeqpacketConn, SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS,
+    peek_fds, peer_cred, take_fds, PeerCred, Received, SeqpacketConn, SeqpacketListener,
+    MAX_RECV_FDS, MAX_SEND_FDS,
 };
 
 use std::io;

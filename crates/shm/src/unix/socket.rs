@@ -364,79 +364,32 @@ impl SeqpacketConn {
     /// queued, [`ShmError::WouldBlock`].
     pub fn recv(&self, buf: &mut [u8]) -> Result<Received> {
         let mut control = [0u64; RECV_CONTROL_LEN.div_ceil(size_of::<u64>())];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: msghdr is plain data; all-zero is a valid value.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = RECV_CONTROL_LEN as _;
         let mut reset_seen = false;
-        let n = loop {
-            // SAFETY: `iov` covers the live, writable `buf`; `control` has RECV_CONTROL_LEN
-            // writable, aligned bytes; the kernel writes within those bounds and updates `msg`.
-            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-            if n >= 0 {
-                break n as usize;
-            }
-            let source = io::Error::last_os_error();
-            match source.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) => return Err(ShmError::WouldBlock { op: "receive" }),
-                // The peer closed while our messages were still unread in its queue. Linux
-                // reports that reset once, before the messages the peer sent us last (a
-                // DISCONNECT and its reason): read on once, then it is the end of file.
-                Some(libc::ECONNRESET) if !reset_seen => {
-                    reset_seen = true;
-                    continue;
-                }
-                Some(libc::ECONNRESET) => {
-                    return Ok(Received {
-                        len: 0,
-                        fds: Vec::new(),
-                        truncated: false,
-                    })
-                }
-                _ => return Err(os_err("receive a message on", "a SEQPACKET socket", source)),
+        let (n, mut fds, flags) = loop {
+            match recv_with_fds(self.fd.as_fd(), buf, libc::MSG_CMSG_CLOEXEC, &mut control) {
+                Ok(got) => break got,
+                Err(source) => match source.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => return Err(ShmError::WouldBlock { op: "receive" }),
+                    // The peer closed while our messages were still unread in its queue.
+                    // Linux reports that reset once, before the messages the peer sent us last
+                    // (a DISCONNECT and its reason): read on once, then it is the end of file.
+                    Some(libc::ECONNRESET) if !reset_seen => {
+                        reset_seen = true;
+                        continue;
+                    }
+                    Some(libc::ECONNRESET) => {
+                        return Ok(Received {
+                            len: 0,
+                            fds: Vec::new(),
+                            truncated: false,
+                        })
+                    }
+                    _ => return Err(os_err("receive a message on", "a SEQPACKET socket", source)),
+                },
             }
         };
-        // Take ownership of every descriptor before looking at anything else.
-        let mut fds = Vec::new();
-        // SAFETY: `msg` was filled by a successful recvmsg: msg_control/msg_controllen describe
-        // the control data the kernel wrote into `control`, so CMSG_FIRSTHDR/NXTHDR stay inside it.
-        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        while !cmsg.is_null() {
-            // SAFETY: `cmsg` is non-null and was returned by CMSG_FIRSTHDR/NXTHDR for this
-            // kernel-written buffer, so it points at a complete cmsghdr inside `control`.
-            let (level, kind, len) = unsafe {
-                (
-                    (*cmsg).cmsg_level,
-                    (*cmsg).cmsg_type,
-                    (*cmsg).cmsg_len as usize,
-                )
-            };
-            if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
-                // SAFETY: CMSG_LEN is pure arithmetic.
-                let header = unsafe { libc::CMSG_LEN(0) } as usize;
-                let count = len.saturating_sub(header) / FD_BYTES;
-                // SAFETY: CMSG_DATA of a kernel-written SCM_RIGHTS cmsghdr points at `count`
-                // c_ints (cmsg_len = CMSG_LEN(count * 4)) inside `control`; read unaligned.
-                let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<libc::c_int>();
-                for i in 0..count {
-                    // SAFETY: i < count, so the read stays inside this cmsg's data (see above).
-                    let raw = unsafe { data.add(i).read_unaligned() };
-                    if raw >= 0 {
-                        fds.push(owned(raw));
-                    }
-                }
-            }
-            // SAFETY: as for CMSG_FIRSTHDR; NXTHDR returns null past msg_controllen.
-            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
-        }
-        let mut truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+        let mut truncated = flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
         // The buffer's room for credentials can fit a few descriptors more than the bound when
         // no credentials come: close the surplus here, so the bound holds exactly.
         if fds.len() > MAX_RECV_FDS {
@@ -492,6 +445,101 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> Result<PeerCred> {
         uid: cred.uid,
         gid: cred.gid,
     })
+}
+
+/// One `recvmsg` on `fd` into `buf` with `flags`, taking every descriptor it carries (owned
+/// from the start, whatever the caller then decides; other control messages are skipped):
+/// the bytes received, the descriptors and the message flags.
+fn recv_with_fds(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    flags: libc::c_int,
+    control: &mut [u64],
+) -> io::Result<(usize, Vec<OwnedFd>, libc::c_int)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(control) as _;
+    // SAFETY: `iov` covers the live, writable `buf`; `control` is live, writable and aligned
+    // for its whole length; the kernel writes within those bounds and updates `msg`.
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: `msg` was filled by a successful recvmsg: msg_control/msg_controllen describe
+    // the control data the kernel wrote into `control`, so CMSG_FIRSTHDR/NXTHDR stay inside it.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !cmsg.is_null() {
+        // SAFETY: `cmsg` is non-null and was returned by CMSG_FIRSTHDR/NXTHDR for this
+        // kernel-written buffer, so it points at a complete cmsghdr inside `control`.
+        let (level, kind, len) = unsafe {
+            (
+                (*cmsg).cmsg_level,
+                (*cmsg).cmsg_type,
+                (*cmsg).cmsg_len as usize,
+            )
+        };
+        if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_LEN is pure arithmetic.
+            let header = unsafe { libc::CMSG_LEN(0) } as usize;
+            let count = len.saturating_sub(header) / FD_BYTES;
+            // SAFETY: CMSG_DATA of a kernel-written SCM_RIGHTS cmsghdr points at `count`
+            // c_ints (cmsg_len = CMSG_LEN(count * 4)) inside `control`; read unaligned.
+            let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<libc::c_int>();
+            for i in 0..count {
+                // SAFETY: i < count, so the read stays inside this cmsg's data (see above).
+                let raw = unsafe { data.add(i).read_unaligned() };
+                if raw >= 0 {
+                    fds.push(owned(raw));
+                }
+            }
+        }
+        // SAFETY: as for CMSG_FIRSTHDR; NXTHDR returns null past msg_controllen.
+        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+    }
+    Ok((n as usize, fds, msg.msg_flags))
+}
+
+/// The descriptors attached to the bytes at the head of stream socket `fd`'s queue, up to
+/// `max`, without taking them (MSG_PEEK, never waiting: the kernel installs copies, owned
+/// here). Nothing queued: none.
+pub fn peek_fds(fd: BorrowedFd<'_>, max: usize) -> Result<Vec<OwnedFd>> {
+    stream_recv_fds(fd, 1, max, libc::MSG_PEEK, "peek at")
+}
+
+/// Takes `len` bytes (at most) at the head of stream socket `fd`'s queue and the descriptors
+/// attached to them, up to `max`, never waiting: the bytes are dropped, the descriptors owned.
+pub fn take_fds(fd: BorrowedFd<'_>, len: usize, max: usize) -> Result<Vec<OwnedFd>> {
+    stream_recv_fds(fd, len, max, 0, "receive from")
+}
+
+fn stream_recv_fds(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    max: usize,
+    flags: libc::c_int,
+    op: &'static str,
+) -> Result<Vec<OwnedFd>> {
+    // SAFETY: CMSG_SPACE is pure arithmetic on its argument.
+    let room = unsafe { libc::CMSG_SPACE((max * FD_BYTES) as libc::c_uint) } as usize;
+    let mut control = vec![0u64; room.div_ceil(size_of::<u64>())];
+    let mut buf = vec![0u8; len.max(1)];
+    let flags = flags | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
+    loop {
+        match recv_with_fds(fd, &mut buf, flags, &mut control) {
+            Ok((_, fds, _)) => return Ok(fds),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok(Vec::new()),
+            Err(e) => return Err(os_err(op, "a socket", e)),
+        }
+    }
 }
 
 impl AsFd for SeqpacketConn {
