@@ -10,12 +10,14 @@ use crate::Region;
 /// Closes `fd`, a descriptor a peer sent us, without waiting on the peer. Closing a file of a
 /// filesystem a process serves (FUSE) asks that process (FUSE_FLUSH) and waits for its answer,
 /// which a hostile peer never gives, and a refused descriptor is closed on the thread that
-/// refused it. Shared memory, eventfds and other anonymous files, sockets and pipes are closed
-/// here and now; anything else goes to a thread that does nothing but close such descriptors,
-/// one after another (one a peer stalls holds up those after it, never the caller). Should
-/// that thread not start, the descriptor is left open rather than closed here.
+/// refused it. What closes without asking a process is closed here and now (shared memory,
+/// eventfds and other anonymous files, sockets, pipes, files on a mount our table names that
+/// is not FUSE: [`closes_without_a_server`]); anything else goes to a thread that does nothing
+/// but close such descriptors, one after another (one a peer stalls holds up those after it,
+/// never the caller, and no descriptor of an honest peer waits behind it). Should that thread
+/// not start, the descriptor is left open rather than closed here.
 pub fn dispose(fd: OwnedFd) {
-    if closes_at_once(fd.as_fd()) {
+    if closes_without_a_server(fd.as_fd(), None) {
         drop(fd);
         return;
     }
