@@ -8,11 +8,10 @@
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use memnic_shm::unix::{dispose, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
+use memnic_shm::unix::{PeerFds, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
 use memnic_shm::ShmError;
 
 use crate::msg::{Hello, Init, Msg, Name, APP_NAME};
@@ -29,7 +28,7 @@ pub(crate) enum Read {
     Closed(String),
     /// A message we refuse: answer DISCONNECT with this reason.
     Bad(&'static str),
-    Msg(Msg, Vec<OwnedFd>),
+    Msg(Msg, PeerFds),
 }
 
 /// Reads and decodes one message (with its fds) from a nonblocking control connection.
@@ -52,10 +51,7 @@ pub(crate) fn read_msg(conn: &SeqpacketConn) -> Read {
     let nfds = got.fds.len();
     match Msg::decode(&buf[..got.len]).and_then(|m| m.check_fds(nfds).map(|_| m)) {
         Ok(m) => Read::Msg(m, got.fds),
-        Err(e) => {
-            got.fds.into_iter().for_each(dispose);
-            Read::Bad(e.reason())
-        }
+        Err(e) => Read::Bad(e.reason()),
     }
 }
 

@@ -19,7 +19,7 @@ use memnic_memif::msg::{Hello, Msg, Name, RingDirection, VERSION};
 use memnic_memif::ring::{Desc, Ring, DESC_FLAG_NEXT};
 use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mbuf, Mempool, PoolCache, PoolConfig};
-use memnic_shm::unix::{poll, PollFd, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
+use memnic_shm::unix::{poll, PeerFds, PollFd, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
 use memnic_shm::Region;
 
 const LOG2: u8 = 4;
@@ -278,11 +278,11 @@ impl Drop for FakeServer {
 }
 
 /// One message (and its fds) within 5 s; None when the connection ends or nothing comes.
-fn recv(conn: &SeqpacketConn) -> Option<(Msg, Vec<OwnedFd>)> {
+fn recv(conn: &SeqpacketConn) -> Option<(Msg, PeerFds)> {
     recv_within(conn, Duration::from_secs(5))
 }
 
-fn recv_within(conn: &SeqpacketConn, t: Duration) -> Option<(Msg, Vec<OwnedFd>)> {
+fn recv_within(conn: &SeqpacketConn, t: Duration) -> Option<(Msg, PeerFds)> {
     let mut pfd = [PollFd::readable(conn.as_fd())];
     if poll(&mut pfd, Some(t)).unwrap() == 0 {
         return None;

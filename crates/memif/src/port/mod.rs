@@ -467,8 +467,8 @@ impl MemifPort {
                 (Role::Client, false) => self.client_step(m),
             };
             // What the step did not keep is closed elsewhere (a FUSE file's close waits on
-            // its server, maybe the peer).
-            fds.into_iter().chain(fd).for_each(dispose);
+            // its server, maybe the peer); the rest of `fds` goes the same way when dropped.
+            fd.into_iter().for_each(dispose);
             if let Err(Refusal(reason)) = res {
                 self.disconnect(&reason, true);
                 return;

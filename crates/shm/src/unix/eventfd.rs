@@ -9,8 +9,10 @@ use std::time::Duration;
 use super::{is_nonblocking, os_err, owned, poll, set_nonblocking_fd, PollFd};
 use crate::{Result, ShmError};
 
-/// How long [`EventFd::unjam`] keeps reading a jammed counter.
+/// How long [`EventFd::unjam`] keeps reading a jammed counter at most, and how long it reads
+/// only zeros before it stops early.
 pub const UNJAM_SPIN: Duration = Duration::from_millis(5);
+pub const UNJAM_QUIET: Duration = Duration::from_micros(50);
 
 /// An eventfd: a counter a peer increments ([`notify`](Self::notify)) to wake a waiter
 /// ([`wait`](Self::wait)), who then resets it ([`drain`](Self::drain)). Always nonblocking.
@@ -121,19 +123,27 @@ impl EventFd {
     /// O_NONBLOCK and filled the counter between `notify`'s look and its write leaves that
     /// write blocked until someone reads the counter, and the kernel then lets it add its 1.
     /// A peer that refills the counter the moment it is read would win the woken write's
-    /// race every time against a single read, so the counter is read over and over for
-    /// [`UNJAM_SPIN`]: it is then empty about half of that time, when the woken write gets
-    /// through (whoever unjams looks again later). A counter with room is left alone, so an
-    /// honest peer's pending wake-up is never taken.
+    /// race every time against a single read, so the counter is read over and over, for
+    /// [`UNJAM_SPIN`] or until it stays empty for [`UNJAM_QUIET`] (no one refills): against a
+    /// refiller it is then empty about half of the time, when the woken write gets through
+    /// (whoever unjams looks again later). A counter with room is left alone, so an honest
+    /// peer's pending wake-up is never taken.
     pub fn unjam(&self) -> Result<bool> {
         if !self.is_full()? {
             return Ok(false);
         }
-        let until = std::time::Instant::now() + UNJAM_SPIN;
-        while std::time::Instant::now() < until {
-            let n = self.drain()?;
-            if n > 0 && n < u64::MAX - 1 {
-                // Less than a refill to the top: a woken write got in.
+        let start = std::time::Instant::now();
+        let mut quiet_since = start;
+        loop {
+            let now = std::time::Instant::now();
+            if self.drain()? != 0 {
+                quiet_since = now;
+            } else if now - quiet_since >= UNJAM_QUIET {
+                // Nothing written for a while: no one refills, and a woken write got in
+                // (or there was none).
+                break;
+            }
+            if now - start >= UNJAM_SPIN {
                 break;
             }
         }

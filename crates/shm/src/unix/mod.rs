@@ -27,7 +27,7 @@ mod poll;
 mod socket;
 
 pub use addr::SocketAddrSpec;
-pub use dispose::{closes_without_a_server, dispose};
+pub use dispose::{closes_without_a_server, dispose, PeerFds, MAX_CLOSERS};
 pub use eventfd::EventFd;
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{

@@ -7,7 +7,7 @@ use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use super::{os_err, owned, set_nonblocking_fd, SocketAddrSpec};
+use super::{dispose, os_err, owned, set_nonblocking_fd, PeerFds, SocketAddrSpec};
 use crate::{Result, ShmError};
 
 /// The most descriptors [`SeqpacketConn::recv`] accepts with one message; the kernel closes any
@@ -206,8 +206,9 @@ pub struct Received {
     /// Bytes written to the caller's buffer. 0 means end of file (the peer closed) — or an empty
     /// message, which memif never sends; either way the session is over.
     pub len: usize,
-    /// Descriptors that came with the message, already owned: dropping them closes them.
-    pub fds: Vec<OwnedFd>,
+    /// Descriptors that came with the message, already owned: those not taken out are closed
+    /// with `dispose` when this is dropped.
+    pub fds: PeerFds,
     /// The kernel cut the message (MSG_TRUNC: longer than the buffer) or its descriptors
     /// (MSG_CTRUNC), or more than [`MAX_RECV_FDS`] descriptors came (the surplus is already
     /// closed).
@@ -381,7 +382,7 @@ impl SeqpacketConn {
                     Some(libc::ECONNRESET) => {
                         return Ok(Received {
                             len: 0,
-                            fds: Vec::new(),
+                            fds: PeerFds::default(),
                             truncated: false,
                         })
                     }
@@ -393,12 +394,12 @@ impl SeqpacketConn {
         // The buffer's room for credentials can fit a few descriptors more than the bound when
         // no credentials come: close the surplus here, so the bound holds exactly.
         if fds.len() > MAX_RECV_FDS {
-            fds.truncate(MAX_RECV_FDS);
+            fds.split_off(MAX_RECV_FDS).into_iter().for_each(dispose);
             truncated = true;
         }
         Ok(Received {
             len: n,
-            fds,
+            fds: PeerFds::new(fds),
             truncated,
         })
     }
