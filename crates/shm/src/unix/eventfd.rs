@@ -372,14 +372,17 @@ mod tests {
         );
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let halt = stop.clone();
+        let (spinning, refiller_up) = std::sync::mpsc::channel();
         let refiller = std::thread::spawn(move || {
             set_nonblocking_fd(peer.as_fd(), true, "the test's eventfd").unwrap();
+            spinning.send(()).unwrap();
             let mut refills = 0u64;
             while !halt.load(std::sync::atomic::Ordering::Relaxed) {
                 refills += u64::from(peer.write(u64::MAX - 1).is_ok());
             }
             refills
         });
+        refiller_up.recv().unwrap();
         std::thread::sleep(Duration::from_millis(50));
         let started = std::time::Instant::now();
         let mut looks = 0;
@@ -401,10 +404,11 @@ mod tests {
             ev.drain().unwrap();
         }
         blocked.join().unwrap();
+        // (The write may get in at the first unjam, before a refill ever wins: `refills` can
+        // be 0 in a run that passes.)
         assert!(
             released,
             "still blocked after {looks} unjams ({refills} refills)"
         );
-        assert!(refills > 0, "the peer refilled");
     }
 }
