@@ -37,13 +37,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
     f.expect_disconnect("Unknown message type");
 
     let mut f = Fake::connect(s);
-    f.send(
-        &Msg::Connect {
-            if_name: Name::truncated("x"),
-        }
-        .encode(),
-        &[],
-    );
+    f.send_connect();
     f.expect_disconnect("Unexpected message");
 
     let mut f = Fake::connect(s);
@@ -144,13 +138,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         f.send(&add_ring(dir, 0, at, 10).encode(), &[ev.as_fd()]);
         assert!(matches!(f.recv(), Some(Msg::Ack)));
     }
-    f.send(
-        &Msg::Connect {
-            if_name: Name::truncated("x"),
-        }
-        .encode(),
-        &[],
-    );
+    f.send_connect();
     f.expect_disconnect("Wrong ring");
 
     // CONNECT without a ring each way: the link would be up with nothing to move frames on.
@@ -161,13 +149,7 @@ fn poll_every_protocol_mistake_gets_disconnect_and_the_server_survives() {
         &[ev.as_fd()],
     );
     assert!(matches!(f.recv(), Some(Msg::Ack)));
-    f.send(
-        &Msg::Connect {
-            if_name: Name::truncated("x"),
-        }
-        .encode(),
-        &[],
-    );
+    f.send_connect();
     f.expect_disconnect("No S2C ring");
 
     // A region in a plain file (not memfd, tmpfs or hugetlbfs): refused before we ask its
@@ -332,7 +314,7 @@ fn a_client_silent_after_init_is_timed_out_and_frees_the_interface() {
 
 /// A client that jams the interrupt line it gave us (clears O_NONBLOCK on the eventfd, which
 /// our copy shares, and fills the counter): a kick of ours that had looked just before would
-/// block its lcore for ever (`notify_blocking` on the same eventfd stands in for it). The
+/// block its lcore for ever (`notify_blocking_elsewhere` on the same eventfd stands in for it). The
 /// server empties the line, which lets that write through, and disconnects the client; the
 /// next client is served.
 #[test]
@@ -341,15 +323,11 @@ fn a_client_that_jams_its_interrupt_line_is_emptied_and_disconnected() {
     let ev = EventFd::new().unwrap();
     let mut f = connect_good(&srv.sock, &region(1 << 16), &ev);
     ev.jam().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let kick = ev.try_clone().unwrap();
-    let t = std::thread::spawn(move || {
-        kick.notify_blocking().unwrap();
-        tx.send(()).unwrap();
-    });
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("the server empties a jammed line");
-    t.join().unwrap();
+    let kick = ev.notify_blocking_elsewhere().unwrap();
+    assert!(
+        kick.returned_within(Duration::from_secs(5)),
+        "the server empties a jammed line"
+    );
     f.expect_disconnect(PEER_JAMMED);
     let next = EventFd::new().unwrap();
     let _f = connect_good(&srv.sock, &region(1 << 16), &next);

@@ -854,15 +854,11 @@ mod tests {
             } else {
                 port.shared.calling.lock().unwrap().push(call.clone());
             }
-            let (tx, rx) = std::sync::mpsc::channel();
-            let ours = call.try_clone().unwrap();
-            let t = std::thread::spawn(move || {
-                ours.notify_blocking().unwrap();
-                tx.send(()).unwrap();
-            });
-            rx.recv_timeout(Duration::from_secs(5))
-                .unwrap_or_else(|_| panic!("released (in the slot: {in_slot})"));
-            t.join().unwrap();
+            let ours = call.notify_blocking_elsewhere().unwrap();
+            assert!(
+                ours.returned_within(Duration::from_secs(5)),
+                "released (in the slot: {in_slot})"
+            );
             port.shared.slot(1).calling.lock().unwrap().take();
             port.shared.calling.lock().unwrap().clear();
         }

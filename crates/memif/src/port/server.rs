@@ -9,7 +9,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use memnic_shm::unix::EventFd;
+use memnic_shm::unix::{dispose, EventFd};
 use memnic_shm::Region;
 
 use super::{Handshake, MemifPort, Phase, Refusal, Session, MAX_QUEUES};
@@ -54,18 +54,11 @@ impl MemifPort {
                 r.check_next(h.regions.len())?;
                 // memfd or hugetlbfs, as DPDK and VPP send: anything else is asked about
                 // nothing more (a file on a filesystem the peer serves could hang us).
-                if !fd
-                    .as_ref()
-                    .is_some_and(|f| Region::is_shared_memory_fd(f.as_fd()))
-                {
-                    return Err(if fd.is_none() {
-                        "Missing region fd"
-                    } else {
-                        "Region fd is not shared memory"
-                    }
-                    .into());
-                }
                 let fd = fd.take().ok_or("Missing region fd")?;
+                if !Region::is_shared_memory_fd(fd.as_fd()) {
+                    dispose(fd);
+                    return Err("Region fd is not shared memory".into());
+                }
                 let file = std::fs::File::from(fd);
                 let len = file.metadata().map(|m| m.len()).unwrap_or(0);
                 r.check_file_size(len)?;

@@ -108,6 +108,14 @@ impl Fake {
         self.conn.send(bytes, fds).unwrap();
     }
 
+    /// CONNECT, the handshake's last message.
+    pub fn send_connect(&mut self) {
+        let m = Msg::Connect {
+            if_name: Name::truncated("fake"),
+        };
+        self.send(&m.encode(), &[]);
+    }
+
     /// Expects DISCONNECT whose reason is exactly `reason`, then the end of the connection.
     pub fn expect_disconnect(&mut self, reason: &str) {
         assert!(!reason.is_empty(), "name the reason the server must give");
@@ -185,13 +193,7 @@ pub fn connect_good(sock: &str, reg: &Region, ev: &EventFd) -> Fake {
         f.send(&add_ring(dir, 0, off as u32, 4).encode(), &[ev.as_fd()]);
         assert!(matches!(f.recv(), Some(Msg::Ack)), "ring {i}");
     }
-    f.send(
-        &Msg::Connect {
-            if_name: Name::truncated("good"),
-        }
-        .encode(),
-        &[],
-    );
+    f.send_connect();
     assert!(matches!(f.recv(), Some(Msg::Connected { .. })), "connected");
     f
 }

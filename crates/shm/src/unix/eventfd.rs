@@ -169,12 +169,20 @@ impl EventFd {
             .map_err(|source| os_err("fill", "an eventfd", source))
     }
 
-    /// A plain write of 1, which blocks while the counter is full and O_NONBLOCK is clear:
-    /// the write of a [`notify`](Self::notify) whose look came just before a peer
-    /// [`jam`](Self::jam)med the counter. For tests.
-    pub fn notify_blocking(&self) -> Result<()> {
-        self.write(1)
-            .map_err(|source| os_err("notify", "an eventfd", source))
+    /// A plain write of 1 on a thread of its own, which blocks while the counter is full and
+    /// O_NONBLOCK is clear: the write of a [`notify`](Self::notify) whose look came just
+    /// before a peer [`jam`](Self::jam)med the counter, on the lcore it would hold. For tests.
+    pub fn notify_blocking_elsewhere(&self) -> Result<BlockedNotify> {
+        let ours = self.try_clone()?;
+        let (tx, done) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let _ = ours.write(1);
+            let _ = tx.send(());
+        });
+        Ok(BlockedNotify {
+            done,
+            thread: Some(thread),
+        })
     }
 
     /// Adds `v` to the counter (a write; it waits for room unless O_NONBLOCK is set).
@@ -205,6 +213,28 @@ impl EventFd {
             .try_clone()
             .map_err(|source| os_err("duplicate", "an eventfd", source))?;
         Ok(EventFd { fd })
+    }
+}
+
+/// A write started by [`EventFd::notify_blocking_elsewhere`].
+pub struct BlockedNotify {
+    done: std::sync::mpsc::Receiver<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BlockedNotify {
+    /// Whether the write has returned, waiting for it up to `t`.
+    pub fn returned_within(&self, t: Duration) -> bool {
+        self.done.recv_timeout(t).is_ok()
+    }
+}
+
+impl Drop for BlockedNotify {
+    fn drop(&mut self) {
+        // A write still blocked (a failing test) is left to its thread.
+        if let Some(t) = self.thread.take().filter(|t| t.is_finished()) {
+            let _ = t.join();
+        }
     }
 }
 
@@ -311,9 +341,9 @@ mod tests {
     }
 
     /// The race `notify` cannot close: a write already blocked on a full counter
-    /// (`notify_blocking` stands in for a `notify` whose look came just before the peer filled
-    /// it). `unjam` releases it; a counter with room (an honest peer's pending wake-ups) is
-    /// left as it is.
+    /// (`notify_blocking_elsewhere` stands in for a `notify` whose look came just before the
+    /// peer filled it). `unjam` releases it; a counter with room (an honest peer's pending
+    /// wake-ups) is left as it is.
     #[test]
     fn unjam_releases_a_write_blocked_on_a_full_counter_and_leaves_room_alone() {
         let ev = EventFd::new().unwrap();
@@ -325,18 +355,13 @@ mod tests {
 
         ev.try_clone().unwrap().jam().unwrap();
         assert!(ev.is_full().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let ours = ev.try_clone().unwrap();
-        let t = std::thread::spawn(move || {
-            ours.notify_blocking().unwrap();
-            tx.send(()).unwrap();
-        });
+        let write = ev.notify_blocking_elsewhere().unwrap();
         assert!(
-            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            !write.returned_within(Duration::from_millis(200)),
             "the write is blocked on the full counter"
         );
         let started = std::time::Instant::now();
-        while rx.try_recv().is_err() {
+        while !write.returned_within(Duration::ZERO) {
             ev.unjam().unwrap();
             assert!(
                 started.elapsed() < Duration::from_secs(5),
@@ -344,7 +369,6 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        t.join().unwrap();
         assert!(!ev.is_full().unwrap());
         // The released write's 1, unless the unjam read it.
         assert!(ev.drain().unwrap() <= 1);
@@ -360,14 +384,9 @@ mod tests {
         let ev = EventFd::new().unwrap();
         let peer = ev.try_clone().unwrap();
         peer.jam().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let ours = ev.try_clone().unwrap();
-        let blocked = std::thread::spawn(move || {
-            ours.notify_blocking().unwrap();
-            tx.send(()).unwrap();
-        });
+        let write = ev.notify_blocking_elsewhere().unwrap();
         assert!(
-            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            !write.returned_within(Duration::from_millis(100)),
             "blocked"
         );
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -387,7 +406,7 @@ mod tests {
         let started = std::time::Instant::now();
         let mut looks = 0;
         let released = loop {
-            if rx.try_recv().is_ok() {
+            if write.returned_within(Duration::ZERO) {
                 break true;
             }
             if started.elapsed() > Duration::from_secs(20) {
@@ -402,8 +421,8 @@ mod tests {
         if !released {
             // Let the blocked thread go before failing (the refiller has stopped).
             ev.drain().unwrap();
+            write.returned_within(Duration::from_secs(5));
         }
-        blocked.join().unwrap();
         // (The write may get in at the first unjam, before a refill ever wins: `refills` can
         // be 0 in a run that passes.)
         assert!(

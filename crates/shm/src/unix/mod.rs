@@ -28,7 +28,7 @@ mod socket;
 
 pub use addr::SocketAddrSpec;
 pub use dispose::{closes_without_a_server, dispose, PeerFds, MAX_CLOSERS};
-pub use eventfd::EventFd;
+pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
     peek_fds, peer_cred, take_fds, PeerCred, Received, SeqpacketConn, SeqpacketListener,
