@@ -27,7 +27,9 @@ mod writer;
 pub const MAX_FRAME_LEN: usize = 9018;
 
 pub use error::DataError;
-pub use port::{MemifConfig, MemifError, MemifPort, DRIVER, PEER_JAMMED, PEER_SHRANK};
+pub use port::{
+    MemifConfig, MemifError, MemifPort, CLOSERS_BUSY, DRIVER, PEER_JAMMED, PEER_SHRANK,
+};
 pub use queue::Role;
 
 pub use msg::{

@@ -11,10 +11,11 @@ use std::io::ErrorKind;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use memnic_shm::unix::{PeerFds, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
+use memnic_shm::unix::{closers_busy, PeerFds, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
 use memnic_shm::ShmError;
 
 use crate::msg::{Hello, Init, Msg, Name, APP_NAME};
+use crate::port::CLOSERS_BUSY;
 
 /// Clients greeted but not yet dispatched; more are refused (a flood must not exhaust fds).
 const MAX_GREETING: usize = 64;
@@ -200,6 +201,12 @@ impl SharedListener {
             };
             if st.greeting.len() >= MAX_GREETING || conn.set_nonblocking(true).is_err() {
                 continue; // dropped: closes the connection
+            }
+            if closers_busy() {
+                // Descriptors peers sent still wait to close (their servers do not answer):
+                // no new peer until they do, so that no peer grows our descriptor table.
+                refuse(&conn, CLOSERS_BUSY);
+                continue;
             }
             let hello = Msg::Hello(Hello::new(Name::truncated(APP_NAME)));
             if conn.send(&hello.encode(), &[]).is_ok() {

@@ -13,9 +13,12 @@ use common::{add_ring, connect_good, region, Fake, Server};
 use memnic_ethdev::Port;
 use memnic_memif::msg::{AddRegion, Init, InterfaceMode, Msg, Name, RingDirection, Secret};
 use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
-use memnic_memif::{MemifConfig, MemifPort, Role, PEER_JAMMED};
+use memnic_memif::{MemifConfig, MemifPort, Role, CLOSERS_BUSY, PEER_JAMMED};
 use memnic_pktbuf::{Mempool, PoolConfig};
-use memnic_shm::unix::EventFd;
+use memnic_shm::unix::{
+    closers_busy, closes_waiting, lingering_socket, EventFd, SeqpacketConn, SocketAddrSpec,
+    MAX_CLOSERS,
+};
 use memnic_shm::Region;
 use proptest::prelude::*;
 
@@ -332,6 +335,40 @@ fn a_client_that_jams_its_interrupt_line_is_emptied_and_disconnected() {
     let next = EventFd::new().unwrap();
     let _f = connect_good(&srv.sock, &region(1 << 16), &next);
     assert_eq!(srv.port.lock().unwrap().connects, 2);
+}
+
+/// A client that reconnects again and again, each time with a descriptor whose close waits on
+/// it (a lingering socket, as a FUSE file whose server does not answer), fills the closer
+/// threads; from then on new clients are refused with CLOSERS_BUSY (our descriptor table does
+/// not grow with its reconnects) until it lets the closes finish, when a good client is served.
+#[test]
+fn a_client_whose_descriptors_never_close_is_refused_once_the_closers_are_full() {
+    let srv = Server::start("closers");
+    let mut held = Vec::new();
+    for _ in 0..MAX_CLOSERS {
+        let (ours, theirs) = lingering_socket().unwrap();
+        let mut f = Fake::connect(&srv.sock);
+        // Any message carries descriptors: this one is refused, and its descriptor with it.
+        f.send(&Msg::Ack.encode(), &[ours.as_fd()]);
+        drop(ours); // the server's copy is now the last: its close waits
+        f.expect_disconnect("Unexpected file descriptor");
+        held.push(theirs);
+    }
+    assert_eq!(closes_waiting(), MAX_CLOSERS);
+    for _ in 0..3 {
+        let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
+        Fake { conn }.expect_disconnect(CLOSERS_BUSY);
+    }
+    drop(held); // the peer lets go: every close returns
+    let since = Instant::now();
+    while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(closes_waiting(), 0, "every refused descriptor was closed");
+    assert!(!closers_busy());
+    let ev = EventFd::new().unwrap();
+    let _f = connect_good(&srv.sock, &region(1 << 16), &ev);
+    assert_eq!(srv.port.lock().unwrap().connects, 1);
 }
 
 /// Each direction has one ring per queue: a second ring with the same direction and index, or

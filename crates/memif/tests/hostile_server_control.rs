@@ -260,3 +260,39 @@ fn connected_before_we_sent_connect_is_refused() {
     assert_eq!(c.port.last_reason.as_deref(), Some("Unexpected CONNECTED"));
     let _ = std::fs::remove_file(&s);
 }
+
+/// While every closer thread waits on a descriptor some peer sent (a server that hands us a
+/// file whose close never returns, each time we connect), our client does not connect again,
+/// and says why; once those closes return it connects.
+#[test]
+fn no_connect_while_every_closer_waits() {
+    use memnic_shm::unix::{closes_waiting, dispose, lingering_socket, MAX_CLOSERS};
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut held = Vec::new();
+    for _ in 0..MAX_CLOSERS {
+        let (ours, theirs) = lingering_socket().unwrap();
+        dispose(ours.into());
+        held.push(theirs);
+    }
+    assert_eq!(closes_waiting(), MAX_CLOSERS);
+    let s = sock("closers");
+    let (tx, accepted) = mpsc::channel();
+    let fake = fake_server(&s, move |p| {
+        tx.send(()).unwrap();
+        p.hello();
+        p.recv(Duration::from_secs(5))
+    });
+    let mut c = Client::new(&s, Duration::from_secs(5));
+    c.service_for(Duration::from_millis(500), || false);
+    assert!(accepted.try_recv().is_err(), "the client connected");
+    let why = c.port.last_reason.clone().unwrap_or_default();
+    assert!(why.contains("have not closed yet"), "{why}");
+    drop(held);
+    c.service_for(Duration::from_secs(5), || fake.is_finished());
+    assert!(
+        accepted.try_recv().is_ok(),
+        "the client connected once the closes returned"
+    );
+    assert!(matches!(fake.join().unwrap(), Some(Msg::Init(_))));
+    let _ = std::fs::remove_file(&s);
+}

@@ -467,6 +467,13 @@ pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<UnixListener>) {
     while !shared.stop.load(Relaxed) {
+        if memnic_shm::unix::closers_busy() {
+            // Descriptors frontends sent still wait to close (a process serving their files
+            // does not answer): no new frontend until they do, or one that keeps sending them
+            // and reconnecting would grow our descriptor table (see `dispose`).
+            std::thread::sleep(TICK);
+            continue;
+        }
         let stream = match &listener {
             Some(l) => match l.accept() {
                 Ok((s, _)) => s,

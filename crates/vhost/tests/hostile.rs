@@ -446,6 +446,46 @@ fn a_file_on_a_mount_no_table_names_is_refused_before_rust_vmm_closes_it() {
     );
 }
 
+/// A frontend that reconnects again and again, each time with a descriptor whose close waits on
+/// it (a lingering socket, as a FUSE file whose server does not answer), fills the closer
+/// threads: the port then takes no new frontend (our descriptor table does not grow with its
+/// reconnects) until those closes return, and serves the one waiting as soon as they do.
+#[test]
+fn a_frontend_whose_descriptors_never_close_waits_once_the_closers_are_full() {
+    use memnic_shm::unix::{closes_waiting, lingering_socket, MAX_CLOSERS};
+    let b = Bench::new("hostile-closers", Duration::from_secs(5));
+    let mut held = Vec::new();
+    for i in 0..MAX_CLOSERS {
+        let (ours, theirs) = lingering_socket().unwrap();
+        let mut raw = Raw::connect(&b.tp.path);
+        raw.send(GET_FEATURES, &[], &[ours.as_raw_fd()]);
+        drop(ours); // the port's copy is now the last: its close waits
+        let why = b.tp.wait_disconnects(i as u64 + 1);
+        assert!(why.contains("descriptor 0 of a message"), "{why}");
+        assert!(raw.closed());
+        held.push(theirs);
+    }
+    wait_until("the peeked copies closed", || {
+        closes_waiting() == MAX_CLOSERS
+    });
+    let mut next = Raw::connect(&b.tp.path);
+    next.send(GET_FEATURES, &[], &[]);
+    next.s
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut h = [0u8; 12];
+    assert!(
+        next.s.read(&mut h).is_err(),
+        "no frontend is served while every closer waits"
+    );
+    drop(held); // the peer lets go: every close returns
+    next.s
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(next.reply_u64() & VERSION_1 != 0, "then it is served");
+    wait_until("every refused descriptor closed", || closes_waiting() == 0);
+}
+
 #[test]
 fn bad_memory_tables_are_refused_and_the_next_frontend_is_served() {
     const S: u64 = SIZE as u64;

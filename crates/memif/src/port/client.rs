@@ -157,6 +157,14 @@ impl MemifPort {
                 Ok(_) | Err(TryRecvError::Disconnected) => self.abandoned_connect = None,
             }
         }
+        if memnic_shm::unix::closers_busy() {
+            // Descriptors peers sent still wait to close: a server that sends us more each
+            // time we connect would grow our descriptor table (see `dispose`).
+            return Err(format!(
+                "not connecting to {}: descriptors peers sent have not closed yet",
+                self.addr()
+            ));
+        }
         let (tx, done) = mpsc::sync_channel(1);
         let addr = self.addr();
         std::thread::Builder::new()

@@ -132,6 +132,9 @@ pub const PEER_SHRANK: &str = "Peer shrank its shared memory";
 /// The DISCONNECT reason for a peer that filled a ring's interrupt eventfd to the top (which
 /// can leave our kick blocked, see `EventFd::unjam`).
 pub const PEER_JAMMED: &str = "Peer filled an interrupt line";
+/// The DISCONNECT reason for a client that connects while every closer thread is taken
+/// (`memnic_shm::unix::closers_busy`): descriptors peers sent are still waiting to close.
+pub const CLOSERS_BUSY: &str = "Busy: descriptors peers sent have not closed yet";
 /// How often the control path looks for jammed interrupt lines.
 const UNJAM_EVERY: Duration = Duration::from_millis(50);
 

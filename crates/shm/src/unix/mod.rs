@@ -27,7 +27,10 @@ mod poll;
 mod socket;
 
 pub use addr::SocketAddrSpec;
-pub use dispose::{closes_without_a_server, dispose, PeerFds, MAX_CLOSERS};
+pub use dispose::{
+    closers_busy, closes_waiting, closes_without_a_server, dispose, lingering_socket, PeerFds,
+    MAX_CLOSERS,
+};
 pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
