@@ -15,7 +15,7 @@
 use crate::mem::MemTable;
 use crate::packed::{PackedDesc, PackedRing};
 use crate::split::{Desc, SplitRing, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
-use crate::vring::{Broken, Chain};
+use crate::vring::{Broken, Chain, RingMemory};
 
 /// A checked part of a chain's buffers: `len` bytes at `off` in region `region` of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +67,8 @@ pub enum Dir {
 /// into one Vec, where they stay: copying them out again compiled to wide loads of fields just
 /// stored, a store forwarding stall per chain); returns the chain's total length.
 #[inline(always)]
-pub fn walk(
-    ring: &SplitRing,
+pub fn walk<M: RingMemory>(
+    ring: &SplitRing<M>,
     mem: &MemTable,
     head: u16,
     dir: Dir,
@@ -105,8 +105,8 @@ pub fn walk(
 /// to `out`). A chain that does not end within the queue leaves no way to find the next one:
 /// the ring is broken.
 #[inline(always)]
-pub fn walk_packed(
-    ring: &PackedRing,
+pub fn walk_packed<M: RingMemory>(
+    ring: &PackedRing<M>,
     mem: &MemTable,
     idx: u16,
     dir: Dir,

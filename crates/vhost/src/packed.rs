@@ -9,11 +9,16 @@
 //! up to the first without NEXT, and its buffer id is that last slot's.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::Arc;
+
+use memnic_shm::Region;
 
 use crate::chain::{walk_packed, Dir, Piece};
 use crate::mem::MemTable;
 use crate::split::MAX_QUEUE_SIZE;
-use crate::vring::{need_event, Area, Broken, Chain, Next, RingAddrs, RingError, Vring};
+use crate::vring::{
+    need_event, Area, Broken, Chain, Next, RingAddrs, RingError, RingMemory, RingWord, Vring,
+};
 
 pub const DESC_F_AVAIL: u16 = 1 << 7;
 pub const DESC_F_USED: u16 = 1 << 15;
@@ -91,13 +96,25 @@ pub fn wants_call_for(
     need_event(off, new_idx, old_idx)
 }
 
-/// A packed ring located in guest memory.
-#[derive(Debug, Clone)]
-pub struct PackedRing {
+/// A packed ring located in guest memory (a [`Region`] of the frontend's, or, in the loom
+/// model, loom's atomics: [`RingMemory`]).
+#[derive(Debug)]
+pub struct PackedRing<M = Region> {
     size: u16,
-    desc: Area,
-    driver: Area,
-    device: Area,
+    desc: Area<M>,
+    driver: Area<M>,
+    device: Area<M>,
+}
+
+impl<M> Clone for PackedRing<M> {
+    fn clone(&self) -> Self {
+        PackedRing {
+            size: self.size,
+            desc: self.desc.clone(),
+            driver: self.driver.clone(),
+            device: self.device.clone(),
+        }
+    }
 }
 
 /// Where the next chain is: a slot and the wrap counter.
@@ -149,6 +166,32 @@ impl PackedRing {
             device: Area::locate(mem, "device event", a.used, 4, 4)?,
         })
     }
+}
+
+impl<M: RingMemory> PackedRing<M> {
+    /// A ring of `size` slots whose descriptors start at offset `desc` of `map` and whose
+    /// driver and device event areas start at `driver` and `device`, unchecked: for models of
+    /// the ring on other memory than a frontend's (the backend's rings come from
+    /// [`PackedRing::new`]).
+    pub fn over(
+        map: Arc<M>,
+        size: u16,
+        desc: usize,
+        driver: usize,
+        device: usize,
+    ) -> PackedRing<M> {
+        assert!(size > 0 && u32::from(size) <= MAX_QUEUE_SIZE);
+        let area = |off| Area {
+            map: map.clone(),
+            off,
+        };
+        PackedRing {
+            size,
+            desc: area(desc),
+            driver: area(driver),
+            device: area(device),
+        }
+    }
 
     #[inline(always)]
     pub fn size(&self) -> u16 {
@@ -182,12 +225,7 @@ impl PackedRing {
     /// Slot `i` (`i < size`), copied out once.
     #[inline(always)]
     pub fn desc(&self, i: u16) -> PackedDesc {
-        let mut b = [0u8; 16];
-        self.desc
-            .map
-            .read_bytes(self.slot_off(i), &mut b)
-            .expect("the ring was checked at set-up");
-        PackedDesc::parse(&b)
+        PackedDesc::parse(&self.desc.map.read_desc(self.slot_off(i)))
     }
 
     /// The index after `i`, `n` slots on, and whether it wrapped.
@@ -254,7 +292,7 @@ fn pos_of(c: PackedCursor) -> u16 {
     c.idx | if c.wrap { WRAP } else { 0 }
 }
 
-impl Vring for PackedRing {
+impl<M: RingMemory> Vring for PackedRing<M> {
     /// Eight. A/B in one sitting as for the split ring (our txonly -> virtio-user rxonly,
     /// p20/p50/p80 over 8): 32 at 64 B 0.77/0.86/1.01; 16 at 64 B 0.83/0.85/0.88, at 512 B
     /// 0.98/1.08/1.18; 4 at 64 B 0.74/0.89/0.99.

@@ -8,11 +8,14 @@
 //! indices and addresses in `chain`, avail.idx against the queue size in `queue`).
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::Arc;
+
+use memnic_shm::Region;
 
 use crate::chain::{walk, Dir, Piece};
 use crate::mem::MemTable;
 pub use crate::vring::{need_event, RingAddrs, RingError};
-use crate::vring::{Area, Broken, Chain, Next, Vring};
+use crate::vring::{Area, Broken, Chain, Next, RingMemory, RingWord, Vring};
 
 pub const DESC_F_NEXT: u16 = 1;
 pub const DESC_F_WRITE: u16 = 2;
@@ -55,13 +58,25 @@ impl Desc {
     }
 }
 
-/// A split ring located in guest memory.
-#[derive(Debug, Clone)]
-pub struct SplitRing {
+/// A split ring located in guest memory (a [`Region`] of the frontend's, or, in the loom model,
+/// loom's atomics: [`RingMemory`]).
+#[derive(Debug)]
+pub struct SplitRing<M = Region> {
     size: u16,
-    desc: Area,
-    avail: Area,
-    used: Area,
+    desc: Area<M>,
+    avail: Area<M>,
+    used: Area<M>,
+}
+
+impl<M> Clone for SplitRing<M> {
+    fn clone(&self) -> Self {
+        SplitRing {
+            size: self.size,
+            desc: self.desc.clone(),
+            avail: self.avail.clone(),
+            used: self.used.clone(),
+        }
+    }
 }
 
 impl SplitRing {
@@ -80,6 +95,25 @@ impl SplitRing {
             avail: Area::locate(mem, "available", a.avail, 6 + 2 * n, 2)?,
             used: Area::locate(mem, "used", a.used, 6 + 8 * n, 4)?,
         })
+    }
+}
+
+impl<M: RingMemory> SplitRing<M> {
+    /// A ring of `size` entries (a power of two) whose areas start at offsets `desc`, `avail`
+    /// and `used` of `map`, unchecked: for models of the ring on other memory than a frontend's
+    /// (the backend's rings come from [`SplitRing::new`]).
+    pub fn over(map: Arc<M>, size: u16, desc: usize, avail: usize, used: usize) -> SplitRing<M> {
+        assert!(size.is_power_of_two());
+        let area = |off| Area {
+            map: map.clone(),
+            off,
+        };
+        SplitRing {
+            size,
+            desc: area(desc),
+            avail: area(avail),
+            used: area(used),
+        }
     }
 
     #[inline(always)]
@@ -129,12 +163,7 @@ impl SplitRing {
     #[inline(always)]
     pub fn desc(&self, i: u16) -> Desc {
         debug_assert!(i < self.size);
-        let mut b = [0u8; 16];
-        self.desc
-            .map
-            .read_bytes(self.desc.off + 16 * self.mask(i), &mut b)
-            .expect("the table was checked at set-up");
-        Desc::parse(&b)
+        Desc::parse(&self.desc.map.read_desc(self.desc.off + 16 * self.mask(i)))
     }
 
     /// Writes used element `i` (mod size), unless it already holds `id` and `len`. Relaxed:
@@ -194,7 +223,7 @@ pub struct SplitCursor {
     end: u16,
 }
 
-impl Vring for SplitRing {
+impl<M: RingMemory> Vring for SplitRing<M> {
     /// The whole burst. A/B in one sitting (in-process flip of ~250-ms windows, our txonly ->
     /// virtio-user rxonly, ratio 32/8 p20/p50/p80): 64 B 0.97/1.20/1.30 and 1.03/1.21/1.27
     /// (slow state 6.5 -> 6.8, median 6.9 -> 8.4 Mpps), 512 B 1.14/1.26/1.54, 1518 B

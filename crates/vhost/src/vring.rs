@@ -6,6 +6,7 @@
 //! ring's free-running avail index, or a packed ring's index with its wrap counter in bit 15.
 //! The burst loops work on cursors (`Copy`), so a burst can look ahead and go back.
 
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use memnic_shm::Region;
@@ -57,11 +58,88 @@ pub enum RingError {
     },
 }
 
+/// Guest memory as a ring reaches it: its 16- and 32-bit words, each access with the ordering
+/// it names, and a descriptor copied out once. The backend's rings run on the frontend's
+/// mapped [`Region`]s (whose words are std's atomics); the loom model of the handoff
+/// (`tests/loom_handoff.rs`) runs the same ring code on loom's atomics. Offsets are the ring's
+/// own, inside the areas checked at set-up.
+pub trait RingMemory {
+    type Word16: RingWord<u16>;
+    type Word32: RingWord<u32>;
+    fn u16(&self, off: usize) -> &Self::Word16;
+    fn u32(&self, off: usize) -> &Self::Word32;
+    /// The 16 bytes of a descriptor at `off`, copied out once.
+    fn read_desc(&self, off: usize) -> [u8; 16];
+    /// A hint: the line at `off` is written soon.
+    fn prefetch_write(&self, _off: usize) {}
+}
+
+/// One word of guest memory: an atomic load or store with the ordering the ring names.
+pub trait RingWord<T> {
+    fn load(&self, o: Ordering) -> T;
+    fn store(&self, v: T, o: Ordering);
+}
+
+impl RingWord<u16> for AtomicU16 {
+    #[inline(always)]
+    fn load(&self, o: Ordering) -> u16 {
+        AtomicU16::load(self, o)
+    }
+    #[inline(always)]
+    fn store(&self, v: u16, o: Ordering) {
+        AtomicU16::store(self, v, o)
+    }
+}
+
+impl RingWord<u32> for AtomicU32 {
+    #[inline(always)]
+    fn load(&self, o: Ordering) -> u32 {
+        AtomicU32::load(self, o)
+    }
+    #[inline(always)]
+    fn store(&self, v: u32, o: Ordering) {
+        AtomicU32::store(self, v, o)
+    }
+}
+
+impl RingMemory for Region {
+    type Word16 = AtomicU16;
+    type Word32 = AtomicU32;
+    #[inline(always)]
+    fn u16(&self, off: usize) -> &AtomicU16 {
+        Region::u16(self, off)
+    }
+    #[inline(always)]
+    fn u32(&self, off: usize) -> &AtomicU32 {
+        Region::u32(self, off)
+    }
+    #[inline(always)]
+    fn read_desc(&self, off: usize) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        self.read_bytes(off, &mut b)
+            .expect("the ring was checked at set-up");
+        b
+    }
+    #[inline(always)]
+    fn prefetch_write(&self, off: usize) {
+        Region::prefetch_write(self, off)
+    }
+}
+
 /// Where a ring area is: its mapping and offset, checked once at set-up.
-#[derive(Debug, Clone)]
-pub(crate) struct Area {
-    pub map: Arc<Region>,
+#[derive(Debug)]
+pub(crate) struct Area<M = Region> {
+    pub map: Arc<M>,
     pub off: usize,
+}
+
+impl<M> Clone for Area<M> {
+    fn clone(&self) -> Self {
+        Area {
+            map: self.map.clone(),
+            off: self.off,
+        }
+    }
 }
 
 impl Area {

@@ -15,8 +15,8 @@
 //! queue polls again or goes to sleep itself, on either layout, with and without EVENT_IDX;
 //! the packed ring's used position wraps); a device that sleeps after asking for kicks,
 //! having seen no chain, is kicked (split words). The controls (a step left out) must be
-//! caught. The words' loads are a hand copy of the rings' (guest memory is reached through
-//! `memnic_shm` regions, which loom's atomics cannot stand behind).
+//! caught. The words' loads are a hand copy of the rings' (written before the rings reached
+//! guest memory through `RingMemory`, on which `loom_handoff.rs` runs their own accessors).
 //!
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 //!     cargo test -p memnic-vhost --test loom_notify --release
