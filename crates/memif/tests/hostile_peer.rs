@@ -371,6 +371,31 @@ fn a_client_whose_descriptors_never_close_is_refused_once_the_closers_are_full()
     assert_eq!(srv.port.lock().unwrap().connects, 1);
 }
 
+/// A message with more descriptors than we take (16 eventfds, then a socket whose close
+/// waits on the peer): the surplus is ours to dispose of, not the kernel's to release inside
+/// our `recvmsg`, where the lingering socket's last close would hold the control path. The next
+/// client is greeted at once.
+#[test]
+fn a_descriptor_past_the_ones_we_take_is_not_closed_on_the_control_path() {
+    let srv = Server::start("surplus");
+    let (ours, theirs) = lingering_socket().unwrap();
+    let evs: Vec<EventFd> = (0..16).map(|_| EventFd::new().unwrap()).collect();
+    let mut fds: Vec<_> = evs.iter().map(|e| e.as_fd()).collect();
+    fds.push(ours.as_fd());
+    let mut f = Fake::connect(&srv.sock);
+    f.send(&Msg::Ack.encode(), &fds);
+    drop(fds);
+    drop(ours); // the server's copy is now the last: its close waits
+    f.expect_disconnect("Invalid message size"); // more descriptors than a message may carry
+    let next = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
+    let mut greeted = Fake { conn: next };
+    assert!(
+        matches!(greeted.recv(), Some(Msg::Hello(_))),
+        "the next client is greeted"
+    );
+    drop(theirs);
+}
+
 /// Each direction has one ring per queue: a second ring with the same direction and index, or
 /// an index past our queues, is refused.
 #[test]

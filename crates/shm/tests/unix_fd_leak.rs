@@ -34,8 +34,8 @@ fn surplus_and_rejected_descriptors_never_leak() {
     let mut buf = [0u8; 128];
 
     for _round in 0..50 {
-        // More descriptors than recv accepts: the first MAX_RECV_FDS arrive owned, the kernel
-        // closes the rest, and the message is flagged.
+        // More descriptors than recv accepts: the first MAX_RECV_FDS arrive owned, recv
+        // disposes of the rest, and the message is flagged.
         a.send(&[1u8; 128], &all[..10]).unwrap();
         let r = b.recv(&mut buf).unwrap();
         assert_eq!(r.len, 128);
@@ -45,8 +45,8 @@ fn surplus_and_rejected_descriptors_never_leak() {
         drop(r); // the caller rejects the message
         assert_eq!(open_fds(), before);
 
-        // So many that the kernel itself runs out of control-buffer room (MSG_CTRUNC): the
-        // kernel closes what did not fit, recv closes the surplus over the bound.
+        // More again: recv's control buffer takes every descriptor a message can carry, and
+        // disposes of the surplus over the bound.
         a.send(&[1u8; 128], &all).unwrap();
         let r = b.recv(&mut buf).unwrap();
         assert!(r.truncated);

@@ -596,23 +596,35 @@ const MAX_MSG_FDS: usize = 32;
 /// mount no table names) is taken here, its descriptors closed elsewhere (`dispose`), and the
 /// frontend dropped with why.
 fn screen_fds(sock: &UnixStream, peer: Option<i32>) -> Result<(), String> {
-    use memnic_shm::unix::{closes_without_a_server, dispose, peek_fds, take_fds};
-    let fds = peek_fds(sock.as_fd(), MAX_MSG_FDS).map_err(|e| e.to_string())?;
-    let bad = fds
-        .iter()
-        .position(|f| !closes_without_a_server(f.as_fd(), peer));
+    use memnic_shm::unix::{closes_without_a_server, dispose, peek_fds, take_fds, SCM_MAX_FD};
+    // Room for every descriptor a message can carry: more than rust-vmm takes would be
+    // released by the kernel inside its `recvmsg`, on this thread (the last reference to a
+    // socket with SO_LINGER waits there).
+    let fds = peek_fds(sock.as_fd(), SCM_MAX_FD).map_err(|e| e.to_string())?;
+    let why = if fds.len() > MAX_MSG_FDS {
+        Some(format!(
+            "a message carries {} descriptors, more than the {MAX_MSG_FDS} a request may",
+            fds.len()
+        ))
+    } else {
+        fds.iter()
+            .position(|f| !closes_without_a_server(f.as_fd(), peer))
+            .map(|i| {
+                format!(
+                    "descriptor {i} of a message is a file on FUSE or on a mount no table names \
+                     (a process could stall every access to it)"
+                )
+            })
+    };
     fds.into_iter().for_each(dispose);
-    let Some(i) = bad else {
+    let Some(why) = why else {
         return Ok(());
     };
     // The descriptors came with the message's first bytes (its header).
-    if let Ok(fds) = take_fds(sock.as_fd(), 12, MAX_MSG_FDS) {
+    if let Ok(fds) = take_fds(sock.as_fd(), 12, SCM_MAX_FD) {
         fds.into_iter().for_each(dispose);
     }
-    Err(format!(
-        "descriptor {i} of a message is a file on FUSE or on a mount no table names \
-         (a process could stall every access to it)"
-    ))
+    Err(why)
 }
 
 fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {

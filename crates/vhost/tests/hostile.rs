@@ -446,6 +446,25 @@ fn a_file_on_a_mount_no_table_names_is_refused_before_rust_vmm_closes_it() {
     );
 }
 
+/// More descriptors than a request may carry (32 eventfds, then a socket whose close waits on
+/// the frontend): rust-vmm's `recvmsg` has room for 32, and the kernel would release the 33rd
+/// inside it, on the control thread. The screen takes them all and drops the frontend; the next
+/// is served.
+#[test]
+fn more_descriptors_than_a_request_carries_are_refused_before_rust_vmm_reads_them() {
+    use memnic_shm::unix::lingering_socket;
+    let mut b = Bench::new("hostile-33", Duration::from_secs(5));
+    let (ours, theirs) = lingering_socket().unwrap();
+    let evs: Vec<EventFd> = (0..32).map(|_| EventFd::new(0).unwrap()).collect();
+    let mut fds: Vec<RawFd> = evs.iter().map(|e| e.as_raw_fd()).collect();
+    fds.push(ours.as_raw_fd());
+    let raw = Raw::connect(&b.tp.path);
+    raw.send(GET_FEATURES, &[], &fds);
+    drop(ours); // the port's copy is now the last: its close waits
+    b.refused("33 descriptors on GET_FEATURES", raw, "more than the 32");
+    drop(theirs);
+}
+
 /// A frontend that reconnects again and again, each time with a descriptor whose close waits on
 /// it (a lingering socket, as a FUSE file whose server does not answer), fills the closer
 /// threads: the port then takes no new frontend (our descriptor table does not grow with its

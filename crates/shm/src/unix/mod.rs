@@ -35,7 +35,7 @@ pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
     peek_fds, peer_cred, take_fds, PeerCred, Received, SeqpacketConn, SeqpacketListener,
-    MAX_RECV_FDS, MAX_SEND_FDS,
+    MAX_RECV_FDS, MAX_SEND_FDS, SCM_MAX_FD,
 };
 
 use std::io;

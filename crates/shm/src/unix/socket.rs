@@ -23,12 +23,17 @@ const BACKLOG: libc::c_int = 16;
 
 const FD_BYTES: usize = size_of::<libc::c_int>();
 
-/// Control buffer for [`SeqpacketConn::recv`]: room for one SCM_RIGHTS message with
-/// [`MAX_RECV_FDS`] descriptors plus one SCM_CREDENTIALS message (sent by the kernel when the
-/// receiving socket has SO_PASSCRED, as DPDK's server sets).
+/// The most descriptors Linux lets one SCM_RIGHTS message carry.
+pub const SCM_MAX_FD: usize = 253;
+
+/// Control buffer for [`SeqpacketConn::recv`]: room for one SCM_RIGHTS message with as many
+/// descriptors as a peer can attach ([`SCM_MAX_FD`]; those past [`MAX_RECV_FDS`] are disposed
+/// of: a surplus that did not fit would be released by the kernel inside our `recvmsg`, and the
+/// last reference to a lingering socket would wait there) plus one SCM_CREDENTIALS message
+/// (sent by the kernel when the receiving socket has SO_PASSCRED, as DPDK's server sets).
 // SAFETY: CMSG_SPACE is pure arithmetic on its argument (it touches no memory).
 const RECV_CONTROL_LEN: usize = unsafe {
-    libc::CMSG_SPACE((MAX_RECV_FDS * FD_BYTES) as libc::c_uint) as usize
+    libc::CMSG_SPACE((SCM_MAX_FD * FD_BYTES) as libc::c_uint) as usize
         + libc::CMSG_SPACE(size_of::<libc::ucred>() as libc::c_uint) as usize
 };
 
@@ -391,8 +396,8 @@ impl SeqpacketConn {
             }
         };
         let mut truncated = flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
-        // The buffer's room for credentials can fit a few descriptors more than the bound when
-        // no credentials come: close the surplus here, so the bound holds exactly.
+        // Past the bound (the buffer takes every descriptor a message can carry): disposed of
+        // here, so the bound holds exactly.
         if fds.len() > MAX_RECV_FDS {
             fds.split_off(MAX_RECV_FDS).into_iter().for_each(dispose);
             truncated = true;
