@@ -29,6 +29,13 @@ pub fn dispose(fd: OwnedFd) {
     }
     w.closers += 1;
     drop(w);
+    start_closer(fd);
+}
+
+/// Starts a closer thread on `fd` (counted in `closers` by the caller). One that cannot start
+/// leaves `fd` queued: the next `dispose`, or a look at [`closes_waiting`] while no closer
+/// runs, starts another for the queue.
+fn start_closer(fd: OwnedFd) {
     // Handed over through a slot: a thread that cannot start must not close it here either.
     let slot = Arc::new(Mutex::new(Some(fd)));
     let theirs = slot.clone();
@@ -71,8 +78,17 @@ pub const MAX_CLOSERS: usize = 64;
 /// server has not answered) or queued for one. Ports take no new peer while this is
 /// [`MAX_CLOSERS`] or more ([`closers_busy`]).
 pub fn closes_waiting() -> usize {
-    let w = lock_waiting();
-    w.closers + w.queued.len()
+    let mut w = lock_waiting();
+    let waiting = w.closers + w.queued.len();
+    // Queued with no closer to take them (none could start): try again.
+    if w.closers == 0 {
+        if let Some(fd) = w.queued.pop() {
+            w.closers += 1;
+            drop(w);
+            start_closer(fd);
+        }
+    }
+    waiting
 }
 
 /// Whether every closer thread is taken ([`closes_waiting`] at [`MAX_CLOSERS`] or more): the
