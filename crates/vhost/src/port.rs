@@ -591,17 +591,74 @@ const MAX_MSG_FDS: usize = 32;
 
 /// Looks at the descriptors the frontend attached to its next message before rust-vmm takes
 /// them: rust-vmm closes those it does not pass on (fds on a request that takes none, a message
-/// it refuses) on this thread, and closing a file whose filesystem a process serves (FUSE)
-/// waits for that process, maybe the frontend itself. A message with such a file (or one on a
-/// mount no table names) is taken here, its descriptors closed elsewhere (`dispose`), and the
-/// frontend dropped with why.
-fn screen_fds(sock: &UnixStream, peer: Option<i32>) -> Result<(), String> {
-    use memnic_shm::unix::{closes_without_a_server, dispose, peek_fds, take_fds, SCM_MAX_FD};
-    // Room for every descriptor a message can carry: more than rust-vmm takes would be
-    // released by the kernel inside its `recvmsg`, on this thread (the last reference to a
-    // socket with SO_LINGER waits there).
-    let fds = peek_fds(sock.as_fd(), SCM_MAX_FD).map_err(|e| e.to_string())?;
-    let why = if fds.len() > MAX_MSG_FDS {
+/// it refuses, fds that come with any bytes of the message past its first read) on this
+/// thread, and closing a file whose filesystem a process serves (FUSE) waits for that process,
+/// maybe the frontend itself. So the whole message is looked at (its header, then up to
+/// rust-vmm's largest body), once it is queued: a message whose descriptors come anywhere but
+/// with its first bytes (a stream read stops after them, so a peek of the whole message comes
+/// back short while its bytes are all queued), more descriptors than a request carries, or a
+/// descriptor whose close could wait on a process (a file on FUSE or on a mount no table
+/// names, a socket) is taken here, its descriptors closed elsewhere (`dispose`), and the
+/// frontend dropped with why. A message not queued whole by `deadline` is left to rust-vmm
+/// (which waits for it under the watchdog).
+fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result<(), String> {
+    use memnic_shm::unix::{
+        closes_without_a_server, dispose, peek_with_fds, queued_bytes, SCM_MAX_FD,
+    };
+    let err = |e: memnic_shm::ShmError| e.to_string();
+    let mut want = 12;
+    let mut body_deadline = deadline;
+    let (n, fds) = loop {
+        let queued = queued_bytes(sock.as_fd()).map_err(err)?;
+        // Room for every descriptor a message can carry: more than rust-vmm takes would be
+        // released by the kernel inside its `recvmsg`, on this thread (the last reference to
+        // a socket with SO_LINGER waits there).
+        // The frontend shut its side: what is queued is all that comes.
+        let mut look = [PollFd::readable(sock.as_fd())];
+        let ended =
+            poll(&mut look, Some(Duration::ZERO)).map_err(err)? > 0 && look[0].ready().hangup;
+        let (n, fds) = peek_with_fds(sock.as_fd(), want, SCM_MAX_FD).map_err(err)?;
+        if n == want && want == 12 {
+            body_deadline = Instant::now() + BODY_WAIT;
+            let mut h = [0u8; 12];
+            memnic_shm::unix::peek(sock.as_fd(), &mut h).map_err(err)?;
+            let size = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+            // Past rust-vmm's largest body it reads the header alone and refuses it.
+            if size > 0 && size <= MAX_MSG_BODY {
+                want = 12 + size;
+                fds.into_iter().for_each(dispose);
+                continue;
+            }
+        }
+        if n == want || (n < want && queued >= want) || ended {
+            break (n, fds);
+        }
+        fds.into_iter().for_each(dispose);
+        if n == 0 && queued == 0 {
+            return Ok(()); // the end of the stream: rust-vmm reads it
+        }
+        // rust-vmm waits for a header (under the watchdog), but reads a body with one
+        // `recvmsg`, whatever came by then, descriptors included: a frontend sends a message
+        // whole, so a body that does not follow its header at once is refused here.
+        if want > 12 && Instant::now() >= body_deadline {
+            drain(sock);
+            return Err(format!(
+                "invalid message: its header announces {} bytes of body, {} came with it",
+                want - 12,
+                queued.saturating_sub(12)
+            ));
+        }
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let why = if n < want && !fds.is_empty() {
+        Some(format!(
+            "descriptors came with bytes {n}.. of a {want}-byte message, not with its first \
+             (a frontend sends a message and its descriptors in one piece)"
+        ))
+    } else if fds.len() > MAX_MSG_FDS {
         Some(format!(
             "a message carries {} descriptors, more than the {MAX_MSG_FDS} a request may",
             fds.len()
@@ -611,8 +668,8 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>) -> Result<(), String> {
             .position(|f| !closes_without_a_server(f.as_fd(), peer))
             .map(|i| {
                 format!(
-                    "descriptor {i} of a message is a file on FUSE or on a mount no table names \
-                     (a process could stall every access to it)"
+                    "descriptor {i} of a message could stall its close: a file on FUSE or on a \
+                     mount no table names, or a socket"
                 )
             })
     };
@@ -620,12 +677,38 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>) -> Result<(), String> {
     let Some(why) = why else {
         return Ok(());
     };
-    // The descriptors came with the message's first bytes (its header).
-    if let Ok(fds) = take_fds(sock.as_fd(), 12, SCM_MAX_FD) {
-        fds.into_iter().for_each(dispose);
-    }
+    drain(sock);
     Err(why)
 }
+
+/// How long a message's body may trail its header (a frontend sends them in one piece).
+const BODY_WAIT: Duration = Duration::from_millis(100);
+
+/// Takes every byte queued on a frontend's socket that we are about to drop, and the
+/// descriptors attached to them, and closes those elsewhere (`dispose`): the kernel would
+/// release them with the socket on this thread, and the last reference to a socket with
+/// SO_LINGER waits there. Reading is shut first, so the frontend can queue no more.
+fn drain(sock: &UnixStream) {
+    use memnic_shm::unix::{dispose, queued_bytes, take_fds, SCM_MAX_FD};
+    let _ = sock.shutdown(std::net::Shutdown::Read);
+    // Each read stops after the bytes that carry descriptors; the queue is bounded by the
+    // socket's buffer.
+    for _ in 0..4096 {
+        let Ok(queued) = queued_bytes(sock.as_fd()) else {
+            return;
+        };
+        if queued == 0 {
+            return;
+        }
+        match take_fds(sock.as_fd(), queued.min(1 << 16), SCM_MAX_FD) {
+            Ok(fds) => fds.into_iter().for_each(dispose),
+            Err(_) => return,
+        }
+    }
+}
+
+/// rust-vmm's largest message body (vhost 0.18's `MAX_MSG_SIZE`).
+const MAX_MSG_BODY: usize = 0x1000;
 
 fn wait_readable(fd: std::os::fd::BorrowedFd<'_>) {
     let mut fds = [PollFd::readable(fd)];
@@ -816,7 +899,7 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
                 break why;
             }
         }
-        if let Err(why) = screen_fds(&watch, peer) {
+        if let Err(why) = screen_fds(&watch, peer, Instant::now() + timeout) {
             dog.disarm();
             break why;
         }
@@ -847,6 +930,7 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     };
     dog.detach();
     crate::device::trace(format_args!("frontend dropped: {why}"));
+    drain(&watch);
     let _ = watch.shutdown(std::net::Shutdown::Both);
     device.lock().unwrap_or_else(|p| p.into_inner()).reset();
     shared.disconnects.fetch_add(1, Relaxed);

@@ -446,6 +446,56 @@ fn a_file_on_a_mount_no_table_names_is_refused_before_rust_vmm_closes_it() {
     );
 }
 
+/// Descriptors that come with a message's later bytes, where rust-vmm reads them in a second
+/// `recvmsg` and closes them on the control thread: the header's first byte alone, then the
+/// rest with a socket whose close waits on the frontend (the screen reads the whole header,
+/// so it sees it); and a header with an eventfd, its body sent after with such a socket (the
+/// peek of the whole message stops at the first descriptors: refused). Each frontend is
+/// dropped with why, and the next is served.
+#[test]
+fn descriptors_past_a_messages_first_bytes_are_screened_too() {
+    use memnic_shm::unix::lingering_socket;
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    let mut b = Bench::new("hostile-split", Duration::from_secs(5));
+    let (ours, theirs) = lingering_socket().unwrap();
+    let raw = Raw::connect(&b.tp.path);
+    let h = Raw::header(GET_FEATURES, V1, 0);
+    (&raw.s).write_all(&h[..1]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        raw.s
+            .send_with_fds(&[&h[1..]], &[ours.as_raw_fd()])
+            .unwrap(),
+        11
+    );
+    drop(ours); // the port's copy is now the last: its close waits
+    b.refused("a header in two pieces", raw, "could stall its close");
+    drop(theirs);
+
+    let (ours, theirs) = lingering_socket().unwrap();
+    let ev = EventFd::new(0).unwrap();
+    let raw = Raw::connect(&b.tp.path);
+    let h = Raw::header(SET_FEATURES, V1, 8);
+    assert_eq!(
+        raw.s.send_with_fds(&[&h[..]], &[ev.as_raw_fd()]).unwrap(),
+        12
+    );
+    let body = u64p(VERSION_1);
+    assert_eq!(
+        raw.s
+            .send_with_fds(&[&body[..]], &[ours.as_raw_fd()])
+            .unwrap(),
+        8
+    );
+    drop(ours);
+    b.refused(
+        "descriptors on a body sent apart",
+        raw,
+        "not with its first",
+    );
+    drop(theirs);
+}
+
 /// More descriptors than a request may carry (32 eventfds, then a socket whose close waits on
 /// the frontend): rust-vmm's `recvmsg` has room for 32, and the kernel would release the 33rd
 /// inside it, on the control thread. The screen takes them all and drops the frontend; the next
@@ -834,9 +884,10 @@ fn the_largest_ring_base_is_honoured_and_wraps() {
     b.hang_up(f);
 }
 
-/// A frontend that connects and says nothing, one that stops inside a header, one that stops
-/// before its payload, and one that stops reading our replies: each is dropped after the
-/// message timeout, with the reason, and the next frontend is served. (On the old code the
+/// A frontend that connects and says nothing, one that stops inside a header, and one that
+/// stops reading our replies: each is dropped after the message timeout, with the reason, and
+/// the next frontend is served; one that stops before its payload is dropped sooner (a
+/// frontend sends a message in one piece: its body must follow its header at once). (On the old code the
 /// first and fourth held the control thread until they left, the second and fourth for ever,
 /// with the port unable even to stop.)
 #[test]
@@ -858,7 +909,7 @@ fn a_silent_or_stalled_frontend_is_dropped_after_the_message_timeout() {
     b.refused(
         "a payload that never comes",
         no_payload,
-        "took longer than 500ms",
+        "its header announces 8 bytes of body, 0 came with it",
     );
 
     // Requests until the socket is full both ways: our replies pile up unread.

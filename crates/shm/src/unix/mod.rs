@@ -34,8 +34,8 @@ pub use dispose::{
 pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
-    peek_fds, peer_cred, take_fds, PeerCred, Received, SeqpacketConn, SeqpacketListener,
-    MAX_RECV_FDS, MAX_SEND_FDS, SCM_MAX_FD,
+    peek_with_fds, peer_cred, queued_bytes, take_fds, PeerCred, Received, SeqpacketConn,
+    SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS, SCM_MAX_FD,
 };
 
 use std::io;

@@ -513,17 +513,35 @@ fn recv_with_fds(
     Ok((n as usize, fds, msg.msg_flags))
 }
 
-/// The descriptors attached to the bytes at the head of stream socket `fd`'s queue, up to
-/// `max`, without taking them (MSG_PEEK, never waiting: the kernel installs copies, owned
-/// here). Nothing queued: none.
-pub fn peek_fds(fd: BorrowedFd<'_>, max: usize) -> Result<Vec<OwnedFd>> {
-    stream_recv_fds(fd, 1, max, libc::MSG_PEEK, "peek at")
+/// Up to `len` bytes at the head of stream socket `fd`'s queue and the descriptors attached to
+/// them, up to `max`, without taking them (MSG_PEEK, never waiting: the kernel installs copies,
+/// owned here): how many bytes the peek saw, and the descriptors. A stream read ends after the
+/// first stretch of bytes that carries descriptors, so fewer than `len` bytes while
+/// [`queued_bytes`] holds `len` or more means descriptors came with bytes past that stretch.
+/// Nothing queued: none.
+pub fn peek_with_fds(fd: BorrowedFd<'_>, len: usize, max: usize) -> Result<(usize, Vec<OwnedFd>)> {
+    stream_recv_fds(fd, len, max, libc::MSG_PEEK, "peek at")
 }
 
 /// Takes `len` bytes (at most) at the head of stream socket `fd`'s queue and the descriptors
 /// attached to them, up to `max`, never waiting: the bytes are dropped, the descriptors owned.
 pub fn take_fds(fd: BorrowedFd<'_>, len: usize, max: usize) -> Result<Vec<OwnedFd>> {
-    stream_recv_fds(fd, len, max, 0, "receive from")
+    stream_recv_fds(fd, len, max, 0, "receive from").map(|(_, fds)| fds)
+}
+
+/// How many bytes wait in stream socket `fd`'s receive queue (FIONREAD).
+pub fn queued_bytes(fd: BorrowedFd<'_>) -> Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, to the live local `n`.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    if rc < 0 {
+        return Err(os_err(
+            "count the bytes queued on",
+            "a socket",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(n.max(0) as usize)
 }
 
 fn stream_recv_fds(
@@ -532,7 +550,7 @@ fn stream_recv_fds(
     max: usize,
     flags: libc::c_int,
     op: &'static str,
-) -> Result<Vec<OwnedFd>> {
+) -> Result<(usize, Vec<OwnedFd>)> {
     // SAFETY: CMSG_SPACE is pure arithmetic on its argument.
     let room = unsafe { libc::CMSG_SPACE((max * FD_BYTES) as libc::c_uint) } as usize;
     let mut control = vec![0u64; room.div_ceil(size_of::<u64>())];
@@ -540,9 +558,9 @@ fn stream_recv_fds(
     let flags = flags | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
     loop {
         match recv_with_fds(fd, &mut buf, flags, &mut control) {
-            Ok((_, fds, _)) => return Ok(fds),
+            Ok((n, fds, _)) => return Ok((n, fds)),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok(Vec::new()),
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok((0, Vec::new())),
             Err(e) => return Err(os_err(op, "a socket", e)),
         }
     }
