@@ -467,13 +467,6 @@ pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<UnixListener>) {
     while !shared.stop.load(Relaxed) {
-        if memnic_shm::unix::closers_busy() {
-            // Descriptors frontends sent still wait to close (a process serving their files
-            // does not answer): no new frontend until they do, or one that keeps sending them
-            // and reconnecting would grow our descriptor table (see `dispose`).
-            std::thread::sleep(TICK);
-            continue;
-        }
         let stream = match &listener {
             Some(l) => match l.accept() {
                 Ok((s, _)) => s,
@@ -491,6 +484,21 @@ fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<Unix
                 }
             },
         };
+        if memnic_shm::unix::closers_busy() {
+            // Descriptors frontends sent still wait to close (a process serving their files
+            // does not answer): no frontend is served until they do, or one that keeps sending
+            // them and reconnecting would grow our descriptor table (see `dispose`). Refused
+            // at once, not left in the backlog: QEMU waits for our replies with its main lock
+            // held, and a closed connection is an error it reports (or retries, with
+            // reconnect=).
+            let why = "busy: descriptors frontends sent have not closed yet";
+            crate::device::trace(format_args!("frontend refused: {why}"));
+            shared.set_reason(why.to_string());
+            drain(&stream);
+            drop(stream);
+            std::thread::sleep(TICK);
+            continue;
+        }
         serve(shared, cfg, stream);
     }
 }
@@ -617,19 +625,20 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result
         let mut look = [PollFd::readable(sock.as_fd())];
         let ended =
             poll(&mut look, Some(Duration::ZERO)).map_err(err)? > 0 && look[0].ready().hangup;
-        let (n, fds) = peek_with_fds(sock.as_fd(), want, SCM_MAX_FD).map_err(err)?;
-        if n == want && want == 12 {
-            body_deadline = Instant::now() + BODY_WAIT;
+        if want == 12 {
+            // The header's size first, with a peek that installs no descriptors (each copy
+            // of a FUSE file would cost a flush, and a closer, when it is closed).
             let mut h = [0u8; 12];
-            memnic_shm::unix::peek(sock.as_fd(), &mut h).map_err(err)?;
-            let size = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
-            // Past rust-vmm's largest body it reads the header alone and refuses it.
-            if size > 0 && size <= MAX_MSG_BODY {
-                want = 12 + size;
-                fds.into_iter().for_each(dispose);
-                continue;
+            if memnic_shm::unix::peek(sock.as_fd(), &mut h).map_err(err)? == 12 {
+                body_deadline = Instant::now() + BODY_WAIT;
+                let size = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+                // Past rust-vmm's largest body it reads the header alone and refuses it.
+                if size <= MAX_MSG_BODY {
+                    want = 12 + size;
+                }
             }
         }
+        let (n, fds) = peek_with_fds(sock.as_fd(), want, SCM_MAX_FD).map_err(err)?;
         if n == want || (n < want && queued >= want) || ended {
             break (n, fds);
         }
