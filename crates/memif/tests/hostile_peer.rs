@@ -396,6 +396,29 @@ fn a_descriptor_past_the_ones_we_take_is_not_closed_on_the_control_path() {
     drop(theirs);
 }
 
+/// A client's second message, still queued when its first is refused and the connection
+/// dropped, carries a socket whose close waits on the client: the queue is taken off (and its
+/// descriptors closed elsewhere) before the socket closes, so the control path goes on and the
+/// next client is greeted at once.
+#[test]
+fn a_message_queued_behind_a_refused_one_is_not_closed_on_the_control_path() {
+    let srv = Server::start("queued");
+    let (ours, theirs) = lingering_socket().unwrap();
+    let ev = EventFd::new().unwrap();
+    let mut f = Fake::connect(&srv.sock);
+    f.send(&Msg::Ack.encode(), &[ev.as_fd()]); // refused
+    f.send(&Msg::Ack.encode(), &[ours.as_fd()]); // still queued when the connection goes
+    drop(ours); // the server's copy is now the last: its close waits
+    f.expect_disconnect("Unexpected file descriptor");
+    let next = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
+    let mut greeted = Fake { conn: next };
+    assert!(
+        matches!(greeted.recv(), Some(Msg::Hello(_))),
+        "the next client is greeted"
+    );
+    drop(theirs);
+}
+
 /// Each direction has one ring per queue: a second ring with the same direction and index, or
 /// an index past our queues, is refused.
 #[test]

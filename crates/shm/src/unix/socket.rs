@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 use std::io;
-use std::mem::size_of;
+use std::mem::{size_of, ManuallyDrop};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
@@ -139,7 +139,9 @@ impl SeqpacketListener {
                 )
             };
             if raw >= 0 {
-                return Ok(SeqpacketConn { fd: owned(raw) });
+                return Ok(SeqpacketConn {
+                    fd: ManuallyDrop::new(owned(raw)),
+                });
             }
             let source = io::Error::last_os_error();
             match source.raw_os_error() {
@@ -232,7 +234,77 @@ impl Received {
 /// message (or reports it truncated).
 #[derive(Debug)]
 pub struct SeqpacketConn {
-    fd: OwnedFd,
+    /// Closed by `Drop`, after [`drain_seqpacket`]; taken out by `From<SeqpacketConn> for
+    /// OwnedFd`.
+    fd: ManuallyDrop<OwnedFd>,
+}
+
+/// The messages still queued on a connection carry the peer's descriptors, and closing the
+/// socket releases them on the closing thread, where the last reference to a socket the peer
+/// set SO_LINGER on waits for its other end: so they are taken off first
+/// ([`drain_seqpacket`]), then the socket is closed here, at once.
+impl Drop for SeqpacketConn {
+    fn drop(&mut self) {
+        // SAFETY: drop runs once, and nothing uses `self.fd` after it.
+        let fd = unsafe { ManuallyDrop::take(&mut self.fd) };
+        drain_seqpacket(fd.as_fd());
+    }
+}
+
+/// Takes every message queued on SEQPACKET socket `fd`, disposing of the descriptors they
+/// carry ([`dispose`]: what cannot close at once goes to a closer thread). Reading is shut
+/// first, so the peer can queue no more (its sends fail). A zero-length message and the end of
+/// the stream both read as 0 bytes; with SO_TIMESTAMP on, each message read brings a
+/// timestamp and the end brings none, which is where the loop stops.
+fn drain_seqpacket(fd: BorrowedFd<'_>) {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads one c_int from the live local `on`; shutdown takes no memory.
+    let ready = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMP,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+            && libc::shutdown(fd.as_raw_fd(), libc::SHUT_RD) == 0
+    };
+    if !ready {
+        return;
+    }
+    let mut control = [0u64; DRAIN_CONTROL_LEN.div_ceil(size_of::<u64>())];
+    let mut buf = [0u8; 256];
+    // Bounded by the queue (nothing joins it now); the cap only guards against a surprise.
+    for _ in 0..1 << 16 {
+        match recv_messages_fds(fd, &mut buf, &mut control) {
+            Some(fds) => fds.into_iter().for_each(dispose),
+            None => return,
+        }
+    }
+}
+
+/// Control buffer for [`drain_seqpacket`]: a message's descriptors, credentials and a
+/// timestamp.
+// SAFETY: CMSG_SPACE is pure arithmetic on its argument (it touches no memory).
+const DRAIN_CONTROL_LEN: usize = RECV_CONTROL_LEN
+    + unsafe { libc::CMSG_SPACE(size_of::<libc::timeval>() as libc::c_uint) as usize };
+
+/// One message of a drain: its descriptors, or None at the end (no message: no timestamp) or on
+/// an error.
+fn recv_messages_fds(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    control: &mut [u64],
+) -> Option<Vec<OwnedFd>> {
+    let flags = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC | libc::MSG_TRUNC;
+    loop {
+        match recv_with_fds(fd, buf, flags, control) {
+            Ok((_, fds, _, stamped)) if stamped || !fds.is_empty() => return Some(fds),
+            Ok(_) => return None,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
 }
 
 impl SeqpacketConn {
@@ -251,7 +323,9 @@ impl SeqpacketConn {
                 )
             };
             if rc == 0 {
-                return Ok(SeqpacketConn { fd });
+                return Ok(SeqpacketConn {
+                    fd: ManuallyDrop::new(fd),
+                });
             }
             let source = io::Error::last_os_error();
             return Err(match source.raw_os_error() {
@@ -284,8 +358,12 @@ impl SeqpacketConn {
             ));
         }
         Ok((
-            SeqpacketConn { fd: owned(raw[0]) },
-            SeqpacketConn { fd: owned(raw[1]) },
+            SeqpacketConn {
+                fd: ManuallyDrop::new(owned(raw[0])),
+            },
+            SeqpacketConn {
+                fd: ManuallyDrop::new(owned(raw[1])),
+            },
         ))
     }
 
@@ -373,7 +451,7 @@ impl SeqpacketConn {
         let mut reset_seen = false;
         let (n, mut fds, flags) = loop {
             match recv_with_fds(self.fd.as_fd(), buf, libc::MSG_CMSG_CLOEXEC, &mut control) {
-                Ok(got) => break got,
+                Ok((n, fds, flags, _)) => break (n, fds, flags),
                 Err(source) => match source.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EAGAIN) => return Err(ShmError::WouldBlock { op: "receive" }),
@@ -461,7 +539,7 @@ fn recv_with_fds(
     buf: &mut [u8],
     flags: libc::c_int,
     control: &mut [u64],
-) -> io::Result<(usize, Vec<OwnedFd>, libc::c_int)> {
+) -> io::Result<(usize, Vec<OwnedFd>, libc::c_int, bool)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -479,6 +557,7 @@ fn recv_with_fds(
         return Err(io::Error::last_os_error());
     }
     let mut fds = Vec::new();
+    let mut stamped = false;
     // SAFETY: `msg` was filled by a successful recvmsg: msg_control/msg_controllen describe
     // the control data the kernel wrote into `control`, so CMSG_FIRSTHDR/NXTHDR stay inside it.
     let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
@@ -492,6 +571,7 @@ fn recv_with_fds(
                 (*cmsg).cmsg_len as usize,
             )
         };
+        stamped |= level == libc::SOL_SOCKET && kind == libc::SCM_TIMESTAMP;
         if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
             // SAFETY: CMSG_LEN is pure arithmetic.
             let header = unsafe { libc::CMSG_LEN(0) } as usize;
@@ -510,7 +590,7 @@ fn recv_with_fds(
         // SAFETY: as for CMSG_FIRSTHDR; NXTHDR returns null past msg_controllen.
         cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
     }
-    Ok((n as usize, fds, msg.msg_flags))
+    Ok((n as usize, fds, msg.msg_flags, stamped))
 }
 
 /// Up to `len` bytes at the head of stream socket `fd`'s queue and the descriptors attached to
@@ -558,7 +638,7 @@ fn stream_recv_fds(
     let flags = flags | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
     loop {
         match recv_with_fds(fd, &mut buf, flags, &mut control) {
-            Ok((n, fds, _)) => return Ok((n, fds)),
+            Ok((n, fds, _, _)) => return Ok((n, fds)),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok((0, Vec::new())),
             Err(e) => return Err(os_err(op, "a socket", e)),
@@ -574,7 +654,9 @@ impl AsFd for SeqpacketConn {
 
 impl From<SeqpacketConn> for OwnedFd {
     fn from(c: SeqpacketConn) -> OwnedFd {
-        c.fd
+        let mut c = ManuallyDrop::new(c);
+        // SAFETY: `c` is never dropped (ManuallyDrop), so its descriptor is taken once.
+        unsafe { ManuallyDrop::take(&mut c.fd) }
     }
 }
 
@@ -584,6 +666,33 @@ mod tests {
     use crate::unix::{poll, unique, EventFd, PollFd};
     use crate::Region;
     use std::time::Duration;
+
+    /// Dropping our end of a connection whose queue holds a socket the peer set SO_LINGER on
+    /// (behind zero-length messages, which read like the end of the stream) returns at once:
+    /// the queue is taken off and that socket closed elsewhere; the peer sees the end at once.
+    #[test]
+    fn a_dropped_connection_closes_what_its_queue_carries_elsewhere() {
+        let (a, b) = SeqpacketConn::pair().unwrap();
+        let (ours, theirs) = crate::unix::lingering_socket().unwrap();
+        let ev = EventFd::new().unwrap();
+        a.send(&[], &[]).unwrap();
+        a.send(&[], &[ev.as_fd()]).unwrap();
+        a.send(&[], &[]).unwrap();
+        a.send(&[], &[ours.as_fd()]).unwrap();
+        drop(ours); // the copy in `b`'s queue is the last
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(b);
+            tx.send(()).unwrap();
+        });
+        let returned = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+        drop(theirs);
+        assert!(returned, "the drop returned at once");
+        assert!(matches!(
+            a.send(b"x", &[]),
+            Err(ShmError::PeerClosed { .. })
+        ));
+    }
 
     fn temp_path(tag: &str) -> SocketAddrSpec {
         SocketAddrSpec::Path(std::env::temp_dir().join(format!("{}.sock", unique(tag))))
