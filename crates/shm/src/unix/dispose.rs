@@ -174,38 +174,20 @@ pub fn lingering_socket() -> std::io::Result<(std::net::TcpStream, std::net::Tcp
     use std::io::Write;
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     // Small buffers (the accepted end inherits the listener's): a few KiB wait unread.
-    set_socket_option(l.as_fd(), libc::SO_RCVBUF, 4096i32)?;
+    super::set_socket_option(l.as_fd(), libc::SO_RCVBUF, 4096i32)?;
     let mut ours = std::net::TcpStream::connect(l.local_addr()?)?;
     let (theirs, _) = l.accept()?;
-    set_socket_option(ours.as_fd(), libc::SO_SNDBUF, 4096i32)?;
+    super::set_socket_option(ours.as_fd(), libc::SO_SNDBUF, 4096i32)?;
     let linger = libc::linger {
         l_onoff: 1,
         l_linger: 60,
     };
-    set_socket_option(ours.as_fd(), libc::SO_LINGER, linger)?;
+    super::set_socket_option(ours.as_fd(), libc::SO_LINGER, linger)?;
     ours.set_nonblocking(true)?;
     let chunk = [0u8; 65536];
     while ours.write(&chunk).is_ok() {}
     ours.set_nonblocking(false)?;
     Ok((ours, theirs))
-}
-
-fn set_socket_option<T>(fd: BorrowedFd<'_>, opt: libc::c_int, v: T) -> std::io::Result<()> {
-    // SAFETY: setsockopt reads size_of::<T>() bytes of a live `T`.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            (&v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 #[cfg(test)]

@@ -135,6 +135,29 @@ fn unique(tag: &str) -> String {
     )
 }
 
+/// Sets socket option `opt` (level SOL_SOCKET) of `fd` to `v`.
+pub(crate) fn set_socket_option<T>(
+    fd: BorrowedFd<'_>,
+    opt: libc::c_int,
+    v: T,
+) -> std::io::Result<()> {
+    // SAFETY: setsockopt reads size_of::<T>() bytes of a live `T`.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod peek_tests {
     use std::io::{Read, Write};

@@ -257,18 +257,9 @@ impl Drop for SeqpacketConn {
 /// the stream both read as 0 bytes; with SO_TIMESTAMP on, each message read brings a
 /// timestamp and the end brings none, which is where the loop stops.
 fn drain_seqpacket(fd: BorrowedFd<'_>) {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt reads one c_int from the live local `on`; shutdown takes no memory.
-    let ready = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMP,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-            && libc::shutdown(fd.as_raw_fd(), libc::SHUT_RD) == 0
-    };
+    // SAFETY: shutdown takes no memory.
+    let ready = super::set_socket_option(fd, libc::SO_TIMESTAMP, 1i32).is_ok()
+        && unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RD) } == 0;
     if !ready {
         return;
     }
