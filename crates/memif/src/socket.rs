@@ -8,10 +8,13 @@
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use memnic_shm::unix::{closers_busy, PeerFds, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
+use memnic_shm::unix::{
+    closers_busy, PeerFds, Sender, SeqpacketConn, SeqpacketListener, SocketAddrSpec,
+};
 use memnic_shm::ShmError;
 
 use crate::msg::{Hello, Init, Msg, Name, APP_NAME};
@@ -202,9 +205,10 @@ impl SharedListener {
             if st.greeting.len() >= MAX_GREETING || conn.set_nonblocking(true).is_err() {
                 continue; // dropped: closes the connection
             }
-            if closers_busy() {
-                // Descriptors peers sent still wait to close (their servers do not answer):
-                // no new peer until they do, so that no peer grows our descriptor table.
+            if closers_busy(Sender::of(conn.as_fd())) {
+                // Descriptors this peer's user sent still wait to close (their servers do not
+                // answer): no new peer of that user until they do, so that no peer grows our
+                // descriptor table. Other users' peers are taken.
                 refuse(&conn, CLOSERS_BUSY);
                 continue;
             }

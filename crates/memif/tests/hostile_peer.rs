@@ -5,6 +5,7 @@
 mod common;
 
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +17,8 @@ use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
 use memnic_memif::{MemifConfig, MemifPort, Role, CLOSERS_BUSY, PEER_JAMMED};
 use memnic_pktbuf::{Mempool, PoolConfig};
 use memnic_shm::unix::{
-    closers_busy, closes_waiting, lingering_socket, EventFd, SeqpacketConn, SocketAddrSpec,
-    MAX_CLOSERS,
+    closers_busy, closes_waiting, closes_waiting_from, lingering_socket, on_a_thread_as_uid,
+    EventFd, Sender, SeqpacketConn, SocketAddrSpec, MAX_CLOSERS,
 };
 use memnic_shm::Region;
 use proptest::prelude::*;
@@ -338,12 +339,14 @@ fn a_client_that_jams_its_interrupt_line_is_emptied_and_disconnected() {
 }
 
 /// A client that reconnects again and again, each time with a descriptor whose close waits on
-/// it (a lingering socket, as a FUSE file whose server does not answer), fills the closer
-/// threads; from then on new clients are refused with CLOSERS_BUSY (our descriptor table does
-/// not grow with its reconnects) until it lets the closes finish, when a good client is served.
+/// it (a lingering socket, as a FUSE file whose server does not answer), fills its user's
+/// closer threads; from then on new clients of that user are refused with CLOSERS_BUSY (our
+/// descriptor table does not grow with its reconnects), while a client of another user is
+/// served, until it lets the closes finish, when a good client of its user is served too.
 #[test]
-fn a_client_whose_descriptors_never_close_is_refused_once_the_closers_are_full() {
+fn a_client_whose_descriptors_never_close_is_refused_once_its_users_closers_are_full() {
     let srv = Server::start("closers");
+    let me = Sender::uid(std::fs::metadata("/proc/self").unwrap().uid());
     let mut held = Vec::new();
     for _ in 0..MAX_CLOSERS {
         let (ours, theirs) = lingering_socket().unwrap();
@@ -354,21 +357,74 @@ fn a_client_whose_descriptors_never_close_is_refused_once_the_closers_are_full()
         f.expect_disconnect("Unexpected file descriptor");
         held.push(theirs);
     }
-    assert_eq!(closes_waiting(), MAX_CLOSERS);
+    assert_eq!(closes_waiting_from(me), MAX_CLOSERS);
     for _ in 0..3 {
         let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
         Fake { conn }.expect_disconnect(CLOSERS_BUSY);
     }
+    // Another user's client is not held up by this one's closes.
+    let ev = EventFd::new().unwrap();
+    let reg = region(1 << 16);
+    let other = on_a_thread_as_uid(4242, || connect_good(&srv.sock, &reg, &ev)).unwrap();
+    assert_eq!(srv.port.lock().unwrap().connects, 1);
+    drop(other);
+
     drop(held); // the peer lets go: every close returns
     let since = Instant::now();
     while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(closes_waiting(), 0, "every refused descriptor was closed");
-    assert!(!closers_busy());
+    assert!(!closers_busy(me));
     let ev = EventFd::new().unwrap();
     let _f = connect_good(&srv.sock, &region(1 << 16), &ev);
-    assert_eq!(srv.port.lock().unwrap().connects, 1);
+    assert_eq!(srv.port.lock().unwrap().connects, 2);
+}
+
+/// A region or interrupt descriptor we refuse (a socket whose close waits on its peer) is
+/// disposed of as its sender's, the user the client runs as: not as nobody's, which would count
+/// against every user. The server is held still (its lock) while the client sends and lets go
+/// of its copy, so ours is the last and its close waits.
+#[test]
+fn a_refused_region_or_interrupt_descriptor_counts_against_its_sender() {
+    let srv = Server::start("sender");
+    let sender = Sender::uid(4242);
+    let reg = region(1 << 16);
+    let mut held = Vec::new();
+    let refuse = |f: &mut Fake, m: Msg, reason: &str, held: &mut Vec<_>| {
+        let (ours, theirs) = lingering_socket().unwrap();
+        held.push(theirs);
+        {
+            let _still = srv.port.lock().unwrap();
+            f.send(&m.encode(), &[ours.as_fd()]);
+            drop(ours);
+        }
+        f.expect_disconnect(reason);
+    };
+    on_a_thread_as_uid(4242, || {
+        let mut f = Fake::connect(&srv.sock);
+        f.init(0);
+        assert!(matches!(f.recv(), Some(Msg::Ack)));
+        let r = AddRegion {
+            index: 0,
+            size: 1 << 16,
+        };
+        let why = "Region fd is not shared memory";
+        refuse(&mut f, Msg::AddRegion(r), why, &mut held);
+        let mut f = Fake::connect(&srv.sock);
+        f.init_with_region(&reg);
+        let ring = add_ring(RingDirection::C2S, 0, 0, 4);
+        refuse(&mut f, ring, "Invalid interrupt fd", &mut held);
+    })
+    .unwrap();
+    assert_eq!(closes_waiting_from(sender), 2);
+    assert_eq!(closes_waiting_from(Sender::UNKNOWN), 0);
+    drop(held);
+    let since = Instant::now();
+    while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(closes_waiting(), 0);
 }
 
 /// A message with more descriptors than we take (16 eventfds, then a socket whose close

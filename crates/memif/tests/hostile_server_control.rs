@@ -15,8 +15,12 @@ use memnic_ethdev::{Port, RxQueue, TxQueue};
 use memnic_memif::msg::{Hello, Msg, Name};
 use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mempool, PoolConfig};
-use memnic_shm::unix::{poll, PollFd, SeqpacketConn, SeqpacketListener, SocketAddrSpec};
+use memnic_shm::unix::{
+    closes_waiting_from, dispose_from, lingering_socket, poll, PollFd, Sender, SeqpacketConn,
+    SeqpacketListener, SocketAddrSpec, MAX_CLOSERS,
+};
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -261,38 +265,71 @@ fn connected_before_we_sent_connect_is_refused() {
     let _ = std::fs::remove_file(&s);
 }
 
-/// While every closer thread waits on a descriptor some peer sent (a server that hands us a
-/// file whose close never returns, each time we connect), our client does not connect again,
-/// and says why; once those closes return it connects.
-#[test]
-fn no_connect_while_every_closer_waits() {
-    use memnic_shm::unix::{closes_waiting, dispose, lingering_socket, MAX_CLOSERS};
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+/// Fills a sender's closer threads with closes that wait (lingering sockets); dropping what
+/// this returns lets them finish.
+fn fill_closers(sender: Sender) -> Vec<std::net::TcpStream> {
     let mut held = Vec::new();
     for _ in 0..MAX_CLOSERS {
         let (ours, theirs) = lingering_socket().unwrap();
-        dispose(ours.into());
+        dispose_from(ours.into(), sender);
         held.push(theirs);
     }
-    assert_eq!(closes_waiting(), MAX_CLOSERS);
+    assert_eq!(closes_waiting_from(sender), MAX_CLOSERS);
+    held
+}
+
+/// While every closer thread of the server's user waits on a descriptor it sent (a server that
+/// hands us a file whose close never returns, each time we connect), our client closes each
+/// connection before reading a word, and says why; once those closes return it connects. A
+/// server of another user is not held up by those closes.
+#[test]
+fn no_connection_kept_while_every_closer_of_the_servers_user_waits() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let me = Sender::uid(std::fs::metadata("/proc/self").unwrap().uid());
+    let held = fill_closers(me);
     let s = sock("closers");
+    let l = SeqpacketListener::bind(&SocketAddrSpec::memif(&s, false)).unwrap();
     let (tx, accepted) = mpsc::channel();
-    let fake = fake_server(&s, move |p| {
-        tx.send(()).unwrap();
+    let fake = std::thread::spawn(move || {
+        // Connections closed before the greeting is read (no INIT comes), then, once the
+        // closes returned, one that goes on to INIT.
+        let mut closed = 0;
+        loop {
+            let p = Peer(l.accept().unwrap());
+            tx.send(()).unwrap();
+            let _ = p.0.send(
+                &Msg::Hello(Hello::new(Name::truncated("fake"))).encode(),
+                &[],
+            );
+            match p.recv(Duration::from_secs(5)) {
+                None => closed += 1,
+                last => return (closed, last),
+            }
+        }
+    });
+    let mut c = Client::new(&s, Duration::from_secs(5));
+    c.service_for(Duration::from_millis(500), || false);
+    assert!(accepted.try_recv().is_ok(), "the client connected");
+    let why = c.port.last_reason.clone().unwrap_or_default();
+    assert!(why.contains("have not closed yet"), "{why}");
+    assert!(!c.port.is_connected());
+    drop(held);
+    c.service_for(Duration::from_secs(5), || fake.is_finished());
+    let (closed, last) = fake.join().unwrap();
+    assert!(closed >= 1, "connections closed at once: {closed}");
+    assert!(matches!(last, Some(Msg::Init(_))), "{last:?}");
+    let _ = std::fs::remove_file(&s);
+
+    // Another user's closes: our client connects.
+    let held = fill_closers(Sender::uid(4242));
+    let s = sock("closers-other");
+    let fake = fake_server(&s, |p| {
         p.hello();
         p.recv(Duration::from_secs(5))
     });
     let mut c = Client::new(&s, Duration::from_secs(5));
-    c.service_for(Duration::from_millis(500), || false);
-    assert!(accepted.try_recv().is_err(), "the client connected");
-    let why = c.port.last_reason.clone().unwrap_or_default();
-    assert!(why.contains("have not closed yet"), "{why}");
-    drop(held);
     c.service_for(Duration::from_secs(5), || fake.is_finished());
-    assert!(
-        accepted.try_recv().is_ok(),
-        "the client connected once the closes returned"
-    );
     assert!(matches!(fake.join().unwrap(), Some(Msg::Init(_))));
+    drop(held);
     let _ = std::fs::remove_file(&s);
 }

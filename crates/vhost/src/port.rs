@@ -25,7 +25,7 @@ use memnic_ethdev::{
     Devargs, DevargsError, Driver, LinkStatus, MacAddr, Mempool, OpenResult, Port, PortError,
     PortInfo, QueueStats, RxQueue, StatsCell, TxQueue,
 };
-use memnic_shm::unix::{poll, EventFd, PollFd};
+use memnic_shm::unix::{poll, EventFd, PollFd, Sender};
 
 use crate::device::Device;
 use crate::queue::{VhostRxQueue, VhostTxQueue, VringSlot};
@@ -484,14 +484,15 @@ fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<Unix
                 }
             },
         };
-        if memnic_shm::unix::closers_busy() {
-            // Descriptors frontends sent still wait to close (a process serving their files
-            // does not answer): no frontend is served until they do, or one that keeps sending
-            // them and reconnecting would grow our descriptor table (see `dispose`). Refused
+        if memnic_shm::unix::closers_busy(Sender::of(stream.as_fd())) {
+            // Descriptors this frontend's user sent still wait to close (a process serving
+            // their files does not answer): no frontend of that user is served until they do,
+            // or one that keeps sending them and reconnecting would grow our descriptor table
+            // (see `dispose_from`); other users' frontends are. Refused
             // at once, not left in the backlog: QEMU waits for our replies with its main lock
             // held, and a closed connection is an error it reports (or retries, with
             // reconnect=).
-            let why = "busy: descriptors frontends sent have not closed yet";
+            let why = "busy: descriptors this frontend's user sent have not closed yet";
             crate::device::trace(format_args!("frontend refused: {why}"));
             shared.set_reason(why.to_string());
             drain(&stream);
@@ -611,8 +612,10 @@ const MAX_MSG_FDS: usize = 32;
 /// (which waits for it under the watchdog).
 fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result<(), String> {
     use memnic_shm::unix::{
-        closes_without_a_server, dispose, peek_with_fds, queued_bytes, SCM_MAX_FD,
+        closes_without_a_server, dispose_from, peek_with_fds, queued_bytes, SCM_MAX_FD,
     };
+    let sender = Sender::of(sock.as_fd());
+    let dispose = |f| dispose_from(f, sender);
     let err = |e: memnic_shm::ShmError| e.to_string();
     let mut want = 12;
     let mut body_deadline = deadline;
@@ -698,7 +701,8 @@ const BODY_WAIT: Duration = Duration::from_millis(100);
 /// release them with the socket on this thread, and the last reference to a socket with
 /// SO_LINGER waits there. Reading is shut first, so the frontend can queue no more.
 fn drain(sock: &UnixStream) {
-    use memnic_shm::unix::{dispose, queued_bytes, take_fds, SCM_MAX_FD};
+    use memnic_shm::unix::{dispose_from, queued_bytes, take_fds, SCM_MAX_FD};
+    let sender = Sender::of(sock.as_fd());
     let _ = sock.shutdown(std::net::Shutdown::Read);
     // Each read stops after the bytes that carry descriptors; the queue is bounded by the
     // socket's buffer.
@@ -710,7 +714,7 @@ fn drain(sock: &UnixStream) {
             return;
         }
         match take_fds(sock.as_fd(), queued.min(1 << 16), SCM_MAX_FD) {
-            Ok(fds) => fds.into_iter().for_each(dispose),
+            Ok(fds) => fds.into_iter().for_each(|f| dispose_from(f, sender)),
             Err(_) => return,
         }
     }

@@ -516,12 +516,17 @@ fn more_descriptors_than_a_request_carries_are_refused_before_rust_vmm_reads_the
 }
 
 /// A frontend that reconnects again and again, each time with a descriptor whose close waits on
-/// it (a lingering socket, as a FUSE file whose server does not answer), fills the closer
-/// threads: the port then refuses new frontends (our descriptor table does not grow with its
-/// reconnects) until those closes return, and serves the next one after.
+/// it (a lingering socket, as a FUSE file whose server does not answer), fills its user's
+/// closer threads: the port then refuses new frontends of that user (our descriptor table does
+/// not grow with its reconnects) until those closes return, and serves the next one after; a
+/// frontend of another user is served meanwhile.
 #[test]
-fn a_frontend_whose_descriptors_never_close_is_refused_once_the_closers_are_full() {
-    use memnic_shm::unix::{closers_busy, closes_waiting, lingering_socket, MAX_CLOSERS};
+fn a_frontend_whose_descriptors_never_close_is_refused_once_its_users_closers_are_full() {
+    use memnic_shm::unix::{
+        closers_busy, closes_waiting, lingering_socket, on_a_thread_as_uid, Sender, MAX_CLOSERS,
+    };
+    use std::os::unix::fs::MetadataExt;
+    let me = Sender::uid(std::fs::metadata("/proc/self").unwrap().uid());
     let b = Bench::new("hostile-closers", Duration::from_secs(5));
     let mut held = Vec::new();
     for i in 0..MAX_CLOSERS {
@@ -544,8 +549,15 @@ fn a_frontend_whose_descriptors_never_close_is_refused_once_the_closers_are_full
         "no frontend is served while every closer waits"
     );
     assert!(b.tp.port.last_reason().unwrap().contains("busy"));
+    let mut other = on_a_thread_as_uid(4242, || Raw::connect(&b.tp.path)).unwrap();
+    other.send(GET_FEATURES, &[], &[]);
+    assert!(
+        other.reply_u64() & VERSION_1 != 0,
+        "another user's frontend is served"
+    );
+    drop(other);
     drop(held); // the peer lets go: every close returns
-    wait_until("the closes returned", || !closers_busy());
+    wait_until("the closes returned", || !closers_busy(me));
     let mut next = Raw::connect(&b.tp.path);
     next.send(GET_FEATURES, &[], &[]);
     assert!(next.reply_u64() & VERSION_1 != 0, "then it is served");

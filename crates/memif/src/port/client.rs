@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memnic_shm::unix::{EventFd, SeqpacketConn};
+use memnic_shm::unix::{closers_busy, EventFd, Sender, SeqpacketConn};
 use memnic_shm::Region;
 
 use super::{Handshake, MemifError, MemifPort, Phase, Refusal, Session};
@@ -157,14 +157,6 @@ impl MemifPort {
                 Ok(_) | Err(TryRecvError::Disconnected) => self.abandoned_connect = None,
             }
         }
-        if memnic_shm::unix::closers_busy() {
-            // Descriptors peers sent still wait to close: a server that sends us more each
-            // time we connect would grow our descriptor table (see `dispose`).
-            return Err(format!(
-                "not connecting to {}: descriptors peers sent have not closed yet",
-                self.addr()
-            ));
-        }
         let (tx, done) = mpsc::sync_channel(1);
         let addr = self.addr();
         std::thread::Builder::new()
@@ -194,6 +186,16 @@ impl MemifPort {
             return;
         };
         match done.try_recv() {
+            Ok(Ok(conn)) if closers_busy(Sender::of(conn.as_fd())) => {
+                // Descriptors the server's user sent still wait to close: a server that sends
+                // us more each time we connect would grow our descriptor table (see
+                // `dispose_from`). Closed before its greeting is read.
+                let why = format!(
+                    "not connecting to {}: descriptors its user's peers sent have not closed yet",
+                    self.addr()
+                );
+                self.attempt_failed(why, since);
+            }
             Ok(Ok(conn)) => match conn.set_nonblocking(true) {
                 Ok(()) => {
                     self.phase = Phase::AwaitHello {

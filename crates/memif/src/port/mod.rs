@@ -36,7 +36,7 @@ use memnic_ethdev::{
     Devargs, LinkStatus, Mempool, Port, PortError, PortInfo, QueueMemory, QueueStats, RxQueue,
     StatsCell, TxQueue,
 };
-use memnic_shm::unix::{dispose, EventFd, SeqpacketConn, SocketAddrSpec};
+use memnic_shm::unix::{dispose_from, EventFd, SeqpacketConn, SocketAddrSpec};
 use memnic_shm::{Region, ShmError};
 
 use crate::msg::{AddRing, Msg, MsgError, RingDirection, Secret};
@@ -132,9 +132,10 @@ pub const PEER_SHRANK: &str = "Peer shrank its shared memory";
 /// The DISCONNECT reason for a peer that filled a ring's interrupt eventfd to the top (which
 /// can leave our kick blocked, see `EventFd::unjam`).
 pub const PEER_JAMMED: &str = "Peer filled an interrupt line";
-/// The DISCONNECT reason for a client that connects while every closer thread is taken
-/// (`memnic_shm::unix::closers_busy`): descriptors peers sent are still waiting to close.
-pub const CLOSERS_BUSY: &str = "Busy: descriptors peers sent have not closed yet";
+/// The DISCONNECT reason for a client that connects while every closer thread of its user is
+/// taken (`memnic_shm::unix::closers_busy`): descriptors that user's peers sent are still
+/// waiting to close.
+pub const CLOSERS_BUSY: &str = "Busy: descriptors this user's peers sent have not closed yet";
 /// How often the control path looks for jammed interrupt lines.
 const UNJAM_EVERY: Duration = Duration::from_millis(50);
 
@@ -463,6 +464,7 @@ impl MemifPort {
                 self.disconnect(&reason, false);
                 return;
             }
+            let sender = fds.sender();
             let mut fd = fds.pop();
             let res = match (self.cfg.role, self.is_connected()) {
                 (_, true) => Err(Refusal::from("Unexpected message")),
@@ -471,7 +473,7 @@ impl MemifPort {
             };
             // What the step did not keep is closed elsewhere (a FUSE file's close waits on
             // its server, maybe the peer); the rest of `fds` goes the same way when dropped.
-            fd.into_iter().for_each(dispose);
+            fd.into_iter().for_each(|f| dispose_from(f, sender));
             if let Err(Refusal(reason)) = res {
                 self.disconnect(&reason, true);
                 return;

@@ -9,7 +9,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use memnic_shm::unix::{dispose, EventFd};
+use memnic_shm::unix::EventFd;
 use memnic_shm::Region;
 
 use super::{Handshake, MemifPort, Phase, Refusal, Session, MAX_QUEUES};
@@ -33,7 +33,7 @@ impl MemifPort {
 
     /// Server: one message of the handshake, ACKed; a refusal disconnects with its reason.
     /// `fd`: the message's descriptor, taken when it is kept (the caller disposes of what is
-    /// left, `memnic_shm::unix::dispose`).
+    /// left as the peer's, `memnic_shm::unix::dispose_from`).
     pub(super) fn server_step(&mut self, m: Msg, fd: &mut Option<OwnedFd>) -> Result<(), Refusal> {
         // Rings a client may add in each direction: one per queue we have (at least one).
         let ring_count = self.nq().clamp(1, MAX_QUEUES);
@@ -54,11 +54,13 @@ impl MemifPort {
                 r.check_next(h.regions.len())?;
                 // memfd or hugetlbfs, as DPDK and VPP send: anything else is asked about
                 // nothing more (a file on a filesystem the peer serves could hang us).
-                let fd = fd.take().ok_or("Missing region fd")?;
-                if !Region::is_shared_memory_fd(fd.as_fd()) {
-                    dispose(fd);
-                    return Err("Region fd is not shared memory".into());
-                }
+                // Left in `fd` when refused: the caller disposes of it as the peer's.
+                let fd = fd
+                    .take_if(|f| Region::is_shared_memory_fd(f.as_fd()))
+                    .ok_or(match fd {
+                        None => "Missing region fd",
+                        Some(_) => "Region fd is not shared memory",
+                    })?;
                 let file = std::fs::File::from(fd);
                 let len = file.metadata().map(|m| m.len()).unwrap_or(0);
                 r.check_file_size(len)?;
@@ -77,7 +79,12 @@ impl MemifPort {
                 ring.check_size(msg::MAX_LOG2_RING_SIZE)?;
                 ring.check_region(h.regions.len())?;
                 ring.check_in_region(h.regions[ring.region as usize].len() as u64)?;
-                let fd = fd.take().ok_or("Missing interrupt fd")?;
+                let fd = fd
+                    .take_if(|f| EventFd::is_eventfd(f.as_fd()))
+                    .ok_or(match fd {
+                        None => "Missing interrupt fd",
+                        Some(_) => "Invalid interrupt fd",
+                    })?;
                 let irq = EventFd::from_fd(fd).map_err(|_| "Invalid interrupt fd")?;
                 h.rings.push((ring, Arc::new(irq)));
             }

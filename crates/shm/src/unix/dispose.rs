@@ -1,41 +1,78 @@
 //! Closing descriptors a peer sent that we do not keep.
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex};
 
 use crate::Region;
 
-/// Closes `fd`, a descriptor a peer sent us, without waiting on the peer. Closing a file of a
+/// Who sent us a descriptor: the effective uid the kernel recorded for the process at the other
+/// end of the socket it came on, when that process connected (SO_PEERCRED). Closes that wait
+/// are counted per sender, and only a sender with [`MAX_CLOSERS`] of them waiting is refused
+/// ([`closers_busy`]): a process sends under its own uid only, and processes of one uid could
+/// already stall each other's closes (or do worse) without us. [`Sender::UNKNOWN`] (a
+/// descriptor passed to [`dispose`], or a socket whose credentials cannot be read) counts
+/// against every sender, so that a path that forgets whose a descriptor was falls back to the
+/// process-wide gate, never to none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Sender(Option<u32>);
+
+impl Sender {
+    /// Not known whose: counts against every sender.
+    pub const UNKNOWN: Sender = Sender(None);
+
+    /// The processes running with effective uid `uid`.
+    pub fn uid(uid: u32) -> Sender {
+        Sender(Some(uid))
+    }
+
+    /// The sender at the other end of connected AF_UNIX socket `sock`, of any type.
+    pub fn of(sock: BorrowedFd<'_>) -> Sender {
+        super::peer_cred(sock).map_or(Sender::UNKNOWN, |c| Sender::uid(c.uid))
+    }
+}
+
+/// Closes `fd`, a descriptor a peer sent us, without waiting on the peer, and not knowing who
+/// sent it: [`dispose_from`] with [`Sender::UNKNOWN`]. For descriptors that closed at once
+/// when they were screened (a file on a mount a table names, shared memory).
+pub fn dispose(fd: OwnedFd) {
+    dispose_from(fd, Sender::UNKNOWN)
+}
+
+/// Closes `fd`, a descriptor `sender` sent us, without waiting on the peer. Closing a file of a
 /// filesystem a process serves (FUSE) asks that process (FUSE_FLUSH) and waits for its answer,
 /// and closing the last reference to a socket the peer set SO_LINGER on waits for the other end
 /// to take the data: a hostile peer never lets either finish, and a refused descriptor is
 /// closed on the thread that refused it. What closes without asking anyone is closed here and
 /// now (shared memory, eventfds and other anonymous files, pipes, files on a mount our table
 /// names that is not FUSE: [`closes_without_a_server`]); anything else on a closer thread, at
-/// most [`MAX_CLOSERS`] at once. Past that it waits in a queue that the closer threads take
-/// from as their closes return, so nothing is left open for good; while any waits there
-/// ([`closes_waiting`] at [`MAX_CLOSERS`] or more) our listeners take no new peers, which is
-/// what bounds the queue: each peer can hand us a few descriptors before it is dropped.
-pub fn dispose(fd: OwnedFd) {
+/// most [`MAX_CLOSERS`] at once for each sender. Past that it waits in its sender's queue,
+/// which that sender's closer threads take from as their closes return, so nothing is left
+/// open for good; while a sender has [`MAX_CLOSERS`] or more waiting our listeners take no new
+/// peer of that sender ([`closers_busy`]), which is what bounds its queue: each peer can hand
+/// us a few descriptors before it is dropped. Other senders are not held up: their closes have
+/// closer threads of their own.
+pub fn dispose_from(fd: OwnedFd, sender: Sender) {
     if closes_without_a_server(fd.as_fd(), None) {
         drop(fd);
         return;
     }
     let mut w = lock_waiting();
-    if w.closers >= MAX_CLOSERS {
-        w.queued.push(fd);
+    let q = w.entry(sender).or_default();
+    if q.closers >= MAX_CLOSERS {
+        q.queued.push(fd);
         return;
     }
-    w.closers += 1;
+    q.closers += 1;
     drop(w);
-    start_closer(fd);
+    start_closer(fd, sender);
 }
 
-/// Starts a closer thread on `fd` (counted in `closers` by the caller). One that cannot start
-/// leaves `fd` queued: the next `dispose`, or a look at [`closes_waiting`] while no closer
-/// runs, starts another for the queue.
-fn start_closer(fd: OwnedFd) {
+/// Starts a closer thread for `sender` on `fd` (counted in its `closers` by the caller). One
+/// that cannot start leaves `fd` queued: the next `dispose_from`, or a look at
+/// [`closes_waiting_from`] while none of the sender's closers runs, starts another.
+fn start_closer(fd: OwnedFd, sender: Sender) {
     // Handed over through a slot: a thread that cannot start must not close it here either.
     let slot = Arc::new(Mutex::new(Some(fd)));
     let theirs = slot.clone();
@@ -43,103 +80,135 @@ fn start_closer(fd: OwnedFd) {
         .name("memnic-closer".into())
         .spawn(move || {
             let first = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
-            close_all_from(first);
+            close_all_from(first, sender);
         });
     if started.is_err() {
         let mut w = lock_waiting();
-        w.closers -= 1;
-        w.queued
+        let q = w.entry(sender).or_default();
+        q.closers -= 1;
+        q.queued
             .extend(slot.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 }
 
-/// A closer thread's work: closes `first`, then whatever waits in the queue, until it is
-/// empty.
-fn close_all_from(first: Option<OwnedFd>) {
+/// A closer thread's work: closes `first`, then whatever waits in `sender`'s queue, until it
+/// is empty.
+fn close_all_from(first: Option<OwnedFd>, sender: Sender) {
     let mut next = first;
     loop {
         drop(next.take());
         let mut w = lock_waiting();
-        match w.queued.pop() {
+        let q = w.entry(sender).or_default();
+        match q.queued.pop() {
             Some(fd) => next = Some(fd),
             None => {
-                w.closers -= 1;
+                q.closers -= 1;
+                if q.closers == 0 {
+                    w.remove(&sender);
+                }
                 return;
             }
         }
     }
 }
 
-/// How many descriptors [`dispose`] closes on threads of their own at once (each may wait on
-/// a peer for ever); more wait in a queue.
+/// How many descriptors of one sender [`dispose_from`] closes on threads of their own at once
+/// (each may wait on a peer for ever; more wait in a queue), and how many may wait before our
+/// listeners refuse that sender's new peers.
 pub const MAX_CLOSERS: usize = 64;
 
-/// How many descriptors peers sent us are not closed yet: closing on a closer thread (their
-/// server has not answered) or queued for one. Ports take no new peer while this is
-/// [`MAX_CLOSERS`] or more ([`closers_busy`]).
+/// How many descriptors peers sent us are not closed yet, all senders together: closing on a
+/// closer thread (their server has not answered) or queued for one.
 pub fn closes_waiting() -> usize {
+    let w = lock_waiting();
+    w.values().map(|q| q.closers + q.queued.len()).sum()
+}
+
+/// How many descriptors `sender` sent us are not closed yet (see [`closes_waiting`]).
+pub fn closes_waiting_from(sender: Sender) -> usize {
     let mut w = lock_waiting();
-    let waiting = w.closers + w.queued.len();
+    let Some(q) = w.get_mut(&sender) else {
+        return 0;
+    };
+    let waiting = q.closers + q.queued.len();
     // Queued with no closer to take them (none could start): try again.
-    if w.closers == 0 {
-        if let Some(fd) = w.queued.pop() {
-            w.closers += 1;
+    if q.closers == 0 {
+        if let Some(fd) = q.queued.pop() {
+            q.closers += 1;
             drop(w);
-            start_closer(fd);
+            start_closer(fd, sender);
         }
     }
     waiting
 }
 
-/// Whether every closer thread is taken ([`closes_waiting`] at [`MAX_CLOSERS`] or more): the
-/// point at which memif and vhost ports stop taking new peers (and our memif client stops
-/// connecting), until closes return.
-pub fn closers_busy() -> bool {
-    closes_waiting() >= MAX_CLOSERS
+/// Whether `sender` has [`MAX_CLOSERS`] or more closes waiting, counting those of
+/// [`Sender::UNKNOWN`] too: the point at which memif and vhost ports take no new peer of that
+/// sender (and our memif client does not stay connected to a server of that sender), until
+/// closes return.
+pub fn closers_busy(sender: Sender) -> bool {
+    let unknown = match sender {
+        Sender::UNKNOWN => 0,
+        _ => closes_waiting_from(Sender::UNKNOWN),
+    };
+    closes_waiting_from(sender) + unknown >= MAX_CLOSERS
 }
 
-/// Closer threads running and descriptors queued for them.
+/// Each sender's closer threads running and descriptors queued for them.
+#[derive(Default)]
 struct Waiting {
     closers: usize,
     queued: Vec<OwnedFd>,
 }
 
-static WAITING: Mutex<Waiting> = Mutex::new(Waiting {
-    closers: 0,
-    queued: Vec::new(),
-});
+/// A sender's entry is there while any of its closers runs.
+static WAITING: Mutex<BTreeMap<Sender, Waiting>> = Mutex::new(BTreeMap::new());
 
-fn lock_waiting() -> std::sync::MutexGuard<'static, Waiting> {
+fn lock_waiting() -> std::sync::MutexGuard<'static, BTreeMap<Sender, Waiting>> {
     WAITING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Descriptors a peer sent: those not taken out are closed with [`dispose`] when this is
+/// Descriptors a peer sent: those not taken out are closed with [`dispose_from`] when this is
 /// dropped, on whatever path a message is refused.
-#[derive(Debug, Default)]
-pub struct PeerFds(Vec<OwnedFd>);
+#[derive(Debug)]
+pub struct PeerFds {
+    fds: Vec<OwnedFd>,
+    sender: Sender,
+}
+
+impl Default for PeerFds {
+    fn default() -> PeerFds {
+        PeerFds::new(Vec::new(), Sender::UNKNOWN)
+    }
+}
 
 impl PeerFds {
-    pub fn new(fds: Vec<OwnedFd>) -> PeerFds {
-        PeerFds(fds)
+    pub fn new(fds: Vec<OwnedFd>, sender: Sender) -> PeerFds {
+        PeerFds { fds, sender }
+    }
+    /// Who sent them: what one taken out and then refused is disposed of as.
+    pub fn sender(&self) -> Sender {
+        self.sender
     }
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.fds.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.fds.is_empty()
     }
     pub fn iter(&self) -> std::slice::Iter<'_, OwnedFd> {
-        self.0.iter()
+        self.fds.iter()
     }
     /// Takes the last descriptor out (the caller keeps it, or disposes of it).
     pub fn pop(&mut self) -> Option<OwnedFd> {
-        self.0.pop()
+        self.fds.pop()
     }
 }
 
 impl Drop for PeerFds {
     fn drop(&mut self) {
-        self.0.drain(..).for_each(dispose);
+        let sender = self.sender;
+        self.fds.drain(..).for_each(|f| dispose_from(f, sender));
     }
 }
 
@@ -190,6 +259,35 @@ pub fn lingering_socket() -> std::io::Result<(std::net::TcpStream, std::net::Tcp
     Ok((ours, theirs))
 }
 
+/// Runs `f` on a thread of its own whose effective uid is `uid` (the rest of the process keeps
+/// its own) and whose file access is still checked as the process's real uid: the sockets it
+/// connects are [`Sender::uid`]`(uid)`'s to their listeners (SO_PEERCRED records the effective
+/// uid). For tests of the per-sender gate (a peer of another user); the process must run as
+/// root.
+pub fn on_a_thread_as_uid<T: Send>(uid: u32, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: setresuid and setfsuid take no memory. The raw system calls change the
+            // calling thread's credentials only (glibc's wrappers would change every
+            // thread's), and this thread ends with `f`.
+            let fsuid = unsafe {
+                if libc::syscall(libc::SYS_setresuid, -1, uid, -1) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Allowed without privilege: 0 is the real uid. Returns the previous fsuid.
+                libc::syscall(libc::SYS_setfsuid, 0);
+                libc::syscall(libc::SYS_setfsuid, -1)
+            };
+            if fsuid != 0 {
+                return Err(std::io::Error::other("file access not checked as root"));
+            }
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,39 +303,77 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(5)).is_ok()
     }
 
-    /// More lingering closes than closer threads: the surplus waits in the queue, the ports'
-    /// gate closes (`closers_busy`), and once the peers let the closes finish (their ends read
-    /// everything) every one of them is closed, the queued ones too, and the gate opens.
+    /// Reads everything `t`'s peer sent, on a thread of its own: whether the end of the stream
+    /// (our end closed) came within `within`.
+    fn reads_to_the_end(
+        mut t: std::net::TcpStream,
+        within: Duration,
+    ) -> std::thread::JoinHandle<bool> {
+        std::thread::spawn(move || {
+            t.set_read_timeout(Some(within)).unwrap();
+            let mut buf = [0u8; 65536];
+            loop {
+                match std::io::Read::read(&mut t, &mut buf) {
+                    Ok(0) => return true,
+                    Ok(_) => continue,
+                    Err(_) => return false,
+                }
+            }
+        })
+    }
+
+    /// Waits up to 5 s for `sender`'s closes to be done.
+    fn wait_closed(sender: Sender) {
+        let since = std::time::Instant::now();
+        while closes_waiting_from(sender) > 0 && since.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// One sender's lingering closes, more than its closer threads: the surplus waits in its
+    /// queue and the ports' gate shuts for that sender (`closers_busy`), not for another, whose
+    /// lingering close has a closer of its own and finishes as soon as its peer reads, while
+    /// the first sender's wait. Once the first sender's peers let theirs finish, every one of
+    /// them is closed, the queued ones too, and its gate opens.
     #[test]
-    fn closes_past_the_closer_threads_wait_their_turn_and_all_finish() {
+    fn closes_past_a_senders_closer_threads_wait_their_turn_and_hold_up_no_other_sender() {
+        let (hostile, other) = (Sender::uid(4242), Sender::uid(4343));
         let surplus = 8;
         let mut theirs = Vec::new();
         for _ in 0..MAX_CLOSERS + surplus {
             let (ours, their) = lingering_socket().unwrap();
-            assert!(returns_at_once(move || dispose(OwnedFd::from(ours))));
+            assert!(returns_at_once(move || dispose_from(
+                OwnedFd::from(ours),
+                hostile
+            )));
             theirs.push(their);
         }
+        assert_eq!(closes_waiting_from(hostile), MAX_CLOSERS + surplus);
+        assert!(closers_busy(hostile));
+        assert!(!closers_busy(other), "another sender's peers are taken");
+
+        let (ours, their) = lingering_socket().unwrap();
+        assert!(returns_at_once(move || dispose_from(
+            OwnedFd::from(ours),
+            other
+        )));
+        assert_eq!(closes_waiting_from(other), 1);
+        assert!(
+            reads_to_the_end(their, Duration::from_secs(5))
+                .join()
+                .unwrap(),
+            "the other sender's close did not wait behind the first's"
+        );
+        wait_closed(other);
+        assert_eq!(closes_waiting_from(other), 0);
         assert_eq!(closes_waiting(), MAX_CLOSERS + surplus);
-        assert!(closers_busy());
+
         // Each of our ends is closed once its peer has read what it sent: then the peer reads
         // the end of the stream.
-        let readers: Vec<_> = theirs
+        let ended = theirs
             .into_iter()
-            .map(|mut t| {
-                std::thread::spawn(move || {
-                    t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                    let mut buf = [0u8; 65536];
-                    loop {
-                        match std::io::Read::read(&mut t, &mut buf) {
-                            Ok(0) => return true,
-                            Ok(_) => continue,
-                            Err(_) => return false,
-                        }
-                    }
-                })
-            })
-            .collect();
-        let ended = readers
+            .map(|t| reads_to_the_end(t, Duration::from_secs(20)))
+            .collect::<Vec<_>>()
             .into_iter()
             .filter_map(|r| r.join().ok())
             .filter(|&e| e)
@@ -247,12 +383,52 @@ mod tests {
             MAX_CLOSERS + surplus,
             "every disposed socket was closed"
         );
-        let since = std::time::Instant::now();
-        while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_closed(hostile);
         assert_eq!(closes_waiting(), 0);
-        assert!(!closers_busy());
+        assert!(!closers_busy(hostile));
+    }
+
+    /// A socket's sender is the uid its peer connected as: a thread of another effective uid
+    /// is that uid's, the rest of the process its own.
+    #[test]
+    fn a_sockets_sender_is_the_uid_its_peer_connected_as() {
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let dir = std::env::temp_dir().join(format!("memnic-sender-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let l = UnixListener::bind(&dir).unwrap();
+        let theirs = on_a_thread_as_uid(4242, || UnixStream::connect(&dir))
+            .unwrap()
+            .unwrap();
+        let (ours, _) = l.accept().unwrap();
+        assert_eq!(Sender::of(ours.as_fd()), Sender::uid(4242));
+        // SAFETY: geteuid takes no memory and cannot fail.
+        let me = Sender::uid(unsafe { libc::geteuid() });
+        assert_eq!(
+            Sender::of(theirs.as_fd()),
+            me,
+            "the listener's side is ours"
+        );
+        let _mine = UnixStream::connect(&dir).unwrap();
+        let (ours, _) = l.accept().unwrap();
+        assert_eq!(Sender::of(ours.as_fd()), me);
+        let _ = std::fs::remove_file(&dir);
+    }
+
+    /// Closes whose sender is not known count against every sender: a path that forgets whose
+    /// a descriptor was falls back to the process-wide gate.
+    #[test]
+    fn closes_of_an_unknown_sender_count_against_every_sender() {
+        let mut theirs = Vec::new();
+        for _ in 0..MAX_CLOSERS {
+            let (ours, their) = lingering_socket().unwrap();
+            dispose(OwnedFd::from(ours));
+            theirs.push(their);
+        }
+        assert!(closers_busy(Sender::UNKNOWN));
+        assert!(closers_busy(Sender::uid(4242)));
+        drop(theirs);
+        wait_closed(Sender::UNKNOWN);
+        assert!(!closers_busy(Sender::uid(4242)));
     }
 
     /// A socket whose close would linger goes to a thread of its own, by `dispose` and by a
@@ -265,7 +441,8 @@ mod tests {
         drop(theirs);
         assert!(disposed, "dispose returned at once");
         let (ours, theirs) = lingering_socket().unwrap();
-        let dropped = returns_at_once(move || drop(PeerFds::new(vec![OwnedFd::from(ours)])));
+        let dropped =
+            returns_at_once(move || drop(PeerFds::new(vec![OwnedFd::from(ours)], Sender::uid(7))));
         drop(theirs);
         assert!(dropped, "a dropped PeerFds returned at once");
 

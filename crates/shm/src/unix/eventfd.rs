@@ -32,24 +32,30 @@ impl EventFd {
         Ok(EventFd { fd: owned(raw) })
     }
 
-    /// Adopts a descriptor received from a peer. It must be an eventfd
-    /// ([`ShmError::NotEventFd`] otherwise: a pipe or socket could block a reader forever); if
-    /// the peer created it blocking, O_NONBLOCK is set on it (this flag is shared with the peer's
-    /// copy; DPDK and VPP create theirs nonblocking anyway).
+    /// Adopts a descriptor received from a peer. It must be an eventfd ([`Self::is_eventfd`];
+    /// [`ShmError::NotEventFd`] otherwise, and the descriptor is disposed of as an unknown
+    /// sender's: a pipe or socket could block a reader forever); if the peer created it
+    /// blocking, O_NONBLOCK is set on it (this flag is shared with the peer's copy; DPDK and
+    /// VPP create theirs nonblocking anyway).
     pub fn from_fd(fd: OwnedFd) -> Result<EventFd> {
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-            .map_err(|source| os_err("inspect", "a received descriptor", source))?;
-        if link.as_os_str().as_bytes() != b"anon_inode:[eventfd]" {
+        if !Self::is_eventfd(fd.as_fd()) {
+            let kind = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                .map_or_else(|e| format!("unknown ({e})"), |l| l.display().to_string());
             // Closed elsewhere: a file on FUSE would make this close wait for its server.
             super::dispose(fd);
-            return Err(ShmError::NotEventFd {
-                kind: link.display().to_string(),
-            });
+            return Err(ShmError::NotEventFd { kind });
         }
         if !is_nonblocking(fd.as_fd()) {
             set_nonblocking_fd(fd.as_fd(), true, "a received eventfd")?;
         }
         Ok(EventFd { fd })
+    }
+
+    /// Whether `fd` is an eventfd (what `/proc/self/fd` names it). A caller that disposes of a
+    /// refused descriptor as its sender's looks before it hands one to [`Self::from_fd`].
+    pub fn is_eventfd(fd: BorrowedFd<'_>) -> bool {
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .is_ok_and(|l| l.as_os_str().as_bytes() == b"anon_inode:[eventfd]")
     }
 
     /// Adds 1 to the counter, waking a waiter. A counter already at its maximum (the waiter has

@@ -28,8 +28,8 @@ mod socket;
 
 pub use addr::SocketAddrSpec;
 pub use dispose::{
-    closers_busy, closes_waiting, closes_without_a_server, dispose, lingering_socket, PeerFds,
-    MAX_CLOSERS,
+    closers_busy, closes_waiting, closes_waiting_from, closes_without_a_server, dispose,
+    dispose_from, lingering_socket, on_a_thread_as_uid, PeerFds, Sender, MAX_CLOSERS,
 };
 pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};

@@ -7,7 +7,7 @@ use std::mem::{size_of, ManuallyDrop};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use super::{dispose, os_err, owned, set_nonblocking_fd, PeerFds, SocketAddrSpec};
+use super::{dispose_from, os_err, owned, set_nonblocking_fd, PeerFds, Sender, SocketAddrSpec};
 use crate::{Result, ShmError};
 
 /// The most descriptors [`SeqpacketConn::recv`] accepts with one message; the kernel closes any
@@ -214,7 +214,7 @@ pub struct Received {
     /// message, which memif never sends; either way the session is over.
     pub len: usize,
     /// Descriptors that came with the message, already owned: those not taken out are closed
-    /// with `dispose` when this is dropped.
+    /// with `dispose_from` when this is dropped, as the peer's ([`Sender::of`] the socket).
     pub fds: PeerFds,
     /// The kernel cut the message (MSG_TRUNC: longer than the buffer) or its descriptors
     /// (MSG_CTRUNC), or more than [`MAX_RECV_FDS`] descriptors came (the surplus is already
@@ -252,7 +252,7 @@ impl Drop for SeqpacketConn {
 }
 
 /// Takes every message queued on SEQPACKET socket `fd`, disposing of the descriptors they
-/// carry ([`dispose`]: what cannot close at once goes to a closer thread). Reading is shut
+/// carry ([`dispose_from`] as the peer's: what cannot close at once goes to a closer thread). Reading is shut
 /// first, so the peer can queue no more (its sends fail). A zero-length message and the end of
 /// the stream both read as 0 bytes; with SO_TIMESTAMP on, each message read brings a
 /// timestamp and the end brings none, which is where the loop stops.
@@ -263,12 +263,13 @@ fn drain_seqpacket(fd: BorrowedFd<'_>) {
     if !ready {
         return;
     }
+    let sender = Sender::of(fd);
     let mut control = [0u64; DRAIN_CONTROL_LEN.div_ceil(size_of::<u64>())];
     let mut buf = [0u8; 256];
     // Bounded by the queue (nothing joins it now); the cap only guards against a surprise.
     for _ in 0..1 << 16 {
         match recv_messages_fds(fd, &mut buf, &mut control) {
-            Some(fds) => fds.into_iter().for_each(dispose),
+            Some(fds) => fds.into_iter().for_each(|f| dispose_from(f, sender)),
             None => return,
         }
     }
@@ -465,15 +466,21 @@ impl SeqpacketConn {
             }
         };
         let mut truncated = flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+        let sender = match fds.is_empty() {
+            true => Sender::UNKNOWN,
+            false => Sender::of(self.fd.as_fd()),
+        };
         // Past the bound (the buffer takes every descriptor a message can carry): disposed of
         // here, so the bound holds exactly.
         if fds.len() > MAX_RECV_FDS {
-            fds.split_off(MAX_RECV_FDS).into_iter().for_each(dispose);
+            fds.split_off(MAX_RECV_FDS)
+                .into_iter()
+                .for_each(|f| dispose_from(f, sender));
             truncated = true;
         }
         Ok(Received {
             len: n,
-            fds: PeerFds::new(fds),
+            fds: PeerFds::new(fds, sender),
             truncated,
         })
     }
