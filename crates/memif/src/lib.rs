@@ -28,7 +28,8 @@ pub const MAX_FRAME_LEN: usize = 9018;
 
 pub use error::DataError;
 pub use port::{
-    MemifConfig, MemifError, MemifPort, CLOSERS_BUSY, DRIVER, PEER_JAMMED, PEER_SHRANK,
+    MemifConfig, MemifError, MemifPort, CLOSERS_BUSY, DRIVER, GREETINGS_BUSY, PEER_JAMMED,
+    PEER_SHRANK,
 };
 pub use queue::Role;
 

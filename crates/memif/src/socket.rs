@@ -18,10 +18,15 @@ use memnic_shm::unix::{
 use memnic_shm::ShmError;
 
 use crate::msg::{Hello, Init, Msg, Name, APP_NAME};
-use crate::port::CLOSERS_BUSY;
+use crate::port::{CLOSERS_BUSY, GREETINGS_BUSY};
 
-/// Clients greeted but not yet dispatched; more are refused (a flood must not exhaust fds).
+/// Clients greeted but not yet dispatched, all users together; more are dropped (a flood must
+/// not exhaust fds).
 const MAX_GREETING: usize = 64;
+/// Clients of one user (SO_PEERCRED's uid) greeted but not yet dispatched; more are refused
+/// with [`GREETINGS_BUSY`], so that one user's silent clients cannot take every place (each
+/// holds one until its INIT comes or the greeting times out).
+const MAX_GREETING_PER_SENDER: usize = 16;
 const MAX_ACCEPT_PER_POLL: usize = 16;
 
 /// What one read from a control connection gave.
@@ -75,7 +80,14 @@ struct Interface {
 
 struct State {
     interfaces: HashMap<u32, Interface>,
-    greeting: Vec<(SeqpacketConn, Instant)>,
+    greeting: Vec<Greeted>,
+}
+
+/// A client greeted, whose INIT has not come yet.
+struct Greeted {
+    conn: SeqpacketConn,
+    since: Instant,
+    sender: Sender,
 }
 
 impl State {
@@ -205,16 +217,26 @@ impl SharedListener {
             if st.greeting.len() >= MAX_GREETING || conn.set_nonblocking(true).is_err() {
                 continue; // dropped: closes the connection
             }
-            if closers_busy(Sender::of(conn.as_fd())) {
+            let sender = Sender::of(conn.as_fd());
+            if closers_busy(sender) {
                 // Descriptors this peer's user sent still wait to close (their servers do not
                 // answer): no new peer of that user until they do, so that no peer grows our
                 // descriptor table. Other users' peers are taken.
                 refuse(&conn, CLOSERS_BUSY);
                 continue;
             }
+            if st.greeting.iter().filter(|g| g.sender == sender).count() >= MAX_GREETING_PER_SENDER
+            {
+                refuse(&conn, GREETINGS_BUSY);
+                continue;
+            }
             let hello = Msg::Hello(Hello::new(Name::truncated(APP_NAME)));
             if conn.send(&hello.encode(), &[]).is_ok() {
-                st.greeting.push((conn, Instant::now()));
+                st.greeting.push(Greeted {
+                    conn,
+                    since: Instant::now(),
+                    sender,
+                });
             }
         }
     }
@@ -224,31 +246,31 @@ impl SharedListener {
 fn dispatch(st: &mut State) {
     let waiting = std::mem::take(&mut st.greeting);
     let timeout = st.greeting_timeout();
-    for (conn, since) in waiting {
-        let init = match read_msg(&conn) {
-            Read::Nothing if since.elapsed() < timeout => {
-                st.greeting.push((conn, since));
+    for g in waiting {
+        let init = match read_msg(&g.conn) {
+            Read::Nothing if g.since.elapsed() < timeout => {
+                st.greeting.push(g);
                 continue;
             }
             Read::Nothing => {
-                refuse(&conn, "Timeout waiting for INIT");
+                refuse(&g.conn, "Timeout waiting for INIT");
                 continue;
             }
             Read::Closed(_) => continue,
             Read::Bad(reason) => {
-                refuse(&conn, reason);
+                refuse(&g.conn, reason);
                 continue;
             }
             Read::Msg(Msg::Init(init), _) => init,
             Read::Msg(..) => {
-                refuse(&conn, "Unexpected message");
+                refuse(&g.conn, "Unexpected message");
                 continue;
             }
         };
         match st.interfaces.get_mut(&init.id) {
-            None => refuse(&conn, "ID not found"),
-            Some(i) if i.busy || i.ready.is_some() => refuse(&conn, "Already connected"),
-            Some(i) => i.ready = Some(Pending { conn, init }),
+            None => refuse(&g.conn, "ID not found"),
+            Some(i) if i.busy || i.ready.is_some() => refuse(&g.conn, "Already connected"),
+            Some(i) => i.ready = Some(Pending { conn: g.conn, init }),
         }
     }
 }

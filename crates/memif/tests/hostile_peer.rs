@@ -14,7 +14,7 @@ use common::{add_ring, connect_good, region, Fake, Server};
 use memnic_ethdev::Port;
 use memnic_memif::msg::{AddRegion, Init, InterfaceMode, Msg, Name, RingDirection, Secret};
 use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
-use memnic_memif::{MemifConfig, MemifPort, Role, CLOSERS_BUSY, PEER_JAMMED};
+use memnic_memif::{MemifConfig, MemifPort, Role, CLOSERS_BUSY, GREETINGS_BUSY, PEER_JAMMED};
 use memnic_pktbuf::{Mempool, PoolConfig};
 use memnic_shm::unix::{
     closers_busy, closes_waiting, closes_waiting_from, lingering_socket, on_a_thread_as_uid,
@@ -379,6 +379,40 @@ fn a_client_whose_descriptors_never_close_is_refused_once_its_users_closers_are_
     let ev = EventFd::new().unwrap();
     let _f = connect_good(&srv.sock, &region(1 << 16), &ev);
     assert_eq!(srv.port.lock().unwrap().connects, 2);
+}
+
+/// One user's clients that connect and say nothing take at most 16 of the greeting places:
+/// its 17th is refused with GREETINGS_BUSY while another user's client is greeted; once its
+/// silent clients go, it is greeted again.
+#[test]
+fn one_users_silent_clients_do_not_take_every_greeting_place() {
+    let srv = Server::start("greetings");
+    let silent = on_a_thread_as_uid(4242, || {
+        let silent: Vec<Fake> = (0..16).map(|_| Fake::connect(&srv.sock)).collect();
+        let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
+        Fake { conn }.expect_disconnect(GREETINGS_BUSY);
+        silent
+    })
+    .unwrap();
+    let ev = EventFd::new().unwrap();
+    let reg = region(1 << 16);
+    drop(connect_good(&srv.sock, &reg, &ev));
+    assert_eq!(srv.port.lock().unwrap().connects, 1);
+    drop(silent);
+    on_a_thread_as_uid(4242, || {
+        let since = Instant::now();
+        // Their places are freed as the server sees them closed.
+        loop {
+            let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
+            let mut f = Fake { conn };
+            match f.recv() {
+                Some(Msg::Hello(_)) => break,
+                other if since.elapsed() > Duration::from_secs(5) => panic!("{other:?}"),
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    })
+    .unwrap();
 }
 
 /// A region or interrupt descriptor we refuse (a socket whose close waits on its peer) is

@@ -136,6 +136,9 @@ pub const PEER_JAMMED: &str = "Peer filled an interrupt line";
 /// taken (`memnic_shm::unix::closers_busy`): descriptors that user's peers sent are still
 /// waiting to close.
 pub const CLOSERS_BUSY: &str = "Busy: descriptors this user's peers sent have not closed yet";
+/// The DISCONNECT reason for a client that connects while 16 other clients of its user
+/// (SO_PEERCRED's uid) were greeted and have not sent their INIT yet.
+pub const GREETINGS_BUSY: &str = "Busy: too many connections of this user await their INIT";
 /// How often the control path looks for jammed interrupt lines.
 const UNJAM_EVERY: Duration = Duration::from_millis(50);
 
