@@ -170,27 +170,25 @@ impl PackedRing {
 
 impl<M: RingMemory> PackedRing<M> {
     /// A ring of `size` slots whose descriptors start at offset `desc` of `map` and whose
-    /// driver and device event areas start at `driver` and `device`, unchecked: for models of
-    /// the ring on other memory than a frontend's (the backend's rings come from
-    /// [`PackedRing::new`]).
+    /// driver and device event areas start at `driver` and `device`, checked as
+    /// [`PackedRing::new`] checks a frontend's (1 to 32768 slots, each area aligned and inside
+    /// `map`): for models of the ring on other memory than a frontend's.
     pub fn over(
         map: Arc<M>,
         size: u16,
         desc: usize,
         driver: usize,
         device: usize,
-    ) -> PackedRing<M> {
-        assert!(size > 0 && u32::from(size) <= MAX_QUEUE_SIZE);
-        let area = |off| Area {
-            map: map.clone(),
-            off,
-        };
-        PackedRing {
-            size,
-            desc: area(desc),
-            driver: area(driver),
-            device: area(device),
+    ) -> Result<PackedRing<M>, RingError> {
+        if size == 0 || u32::from(size) > MAX_QUEUE_SIZE {
+            return Err(RingError::BadPackedSize(size.into()));
         }
+        Ok(PackedRing {
+            size,
+            desc: Area::within(&map, "descriptor", desc, 16 * u64::from(size), 16)?,
+            driver: Area::within(&map, "driver event", driver, 4, 4)?,
+            device: Area::within(&map, "device event", device, 4, 4)?,
+        })
     }
 
     #[inline(always)]
@@ -529,5 +527,54 @@ mod tests {
         assert!(is_avail(DESC_F_USED, false));
         assert!(!is_avail(DESC_F_AVAIL | DESC_F_USED, false));
         assert!(!is_avail(0, false));
+    }
+
+    /// A ring over other memory is checked as a frontend's: its size, and each area aligned
+    /// and inside the memory.
+    #[test]
+    fn a_ring_over_memory_is_checked_as_a_frontends() {
+        let map = Arc::new(Region::memfd("over", 4096, false).unwrap());
+        let over = |size, desc, driver, device| {
+            PackedRing::over(map.clone(), size, desc, driver, device).map(|r| r.size())
+        };
+        assert_eq!(over(8, 0, 128, 132).unwrap(), 8);
+        assert!(matches!(
+            over(0, 0, 128, 132),
+            Err(RingError::BadPackedSize(0))
+        ));
+        assert!(matches!(
+            over(257, 0, 128, 132),
+            Err(RingError::Unmapped { .. })
+        ));
+        assert!(matches!(
+            over(8, 8, 136, 140),
+            Err(RingError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            over(8, 0, 4094, 132),
+            Err(RingError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            over(8, 0, 128, 4096),
+            Err(RingError::Unmapped { .. })
+        ));
+
+        let split = |size, desc, avail, used| {
+            crate::split::SplitRing::over(map.clone(), size, desc, avail, used).map(|r| r.size())
+        };
+        assert_eq!(split(8, 0, 128, 256).unwrap(), 8);
+        assert!(matches!(split(6, 0, 128, 256), Err(RingError::BadSize(6))));
+        assert!(matches!(
+            split(8, 0, 128, 4032),
+            Err(RingError::Unmapped { .. })
+        ));
+        assert!(matches!(
+            split(8, 0, 128, 258),
+            Err(RingError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            split(8, 0, usize::MAX - 1, 256),
+            Err(RingError::Unmapped { .. })
+        ));
     }
 }

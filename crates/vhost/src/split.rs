@@ -99,21 +99,27 @@ impl SplitRing {
 }
 
 impl<M: RingMemory> SplitRing<M> {
-    /// A ring of `size` entries (a power of two) whose areas start at offsets `desc`, `avail`
-    /// and `used` of `map`, unchecked: for models of the ring on other memory than a frontend's
-    /// (the backend's rings come from [`SplitRing::new`]).
-    pub fn over(map: Arc<M>, size: u16, desc: usize, avail: usize, used: usize) -> SplitRing<M> {
-        assert!(size.is_power_of_two());
-        let area = |off| Area {
-            map: map.clone(),
-            off,
-        };
-        SplitRing {
-            size,
-            desc: area(desc),
-            avail: area(avail),
-            used: area(used),
+    /// A ring of `size` entries whose areas start at offsets `desc`, `avail` and `used` of
+    /// `map`, checked as [`SplitRing::new`] checks a frontend's (the size a power of two up to
+    /// 32768, each area aligned and inside `map`): for models of the ring on other memory than
+    /// a frontend's.
+    pub fn over(
+        map: Arc<M>,
+        size: u16,
+        desc: usize,
+        avail: usize,
+        used: usize,
+    ) -> Result<SplitRing<M>, RingError> {
+        if size == 0 || u32::from(size) > MAX_QUEUE_SIZE || !size.is_power_of_two() {
+            return Err(RingError::BadSize(size.into()));
         }
+        let n = u64::from(size);
+        Ok(SplitRing {
+            size,
+            desc: Area::within(&map, "descriptor", desc, 16 * n, 16)?,
+            avail: Area::within(&map, "available", avail, 6 + 2 * n, 2)?,
+            used: Area::within(&map, "used", used, 6 + 8 * n, 4)?,
+        })
     }
 
     #[inline(always)]

@@ -68,6 +68,8 @@ pub trait RingMemory {
     type Word32: RingWord<u32>;
     fn u16(&self, off: usize) -> &Self::Word16;
     fn u32(&self, off: usize) -> &Self::Word32;
+    /// How many bytes the memory holds (the areas of a ring must lie inside).
+    fn bytes(&self) -> usize;
     /// The 16 bytes of a descriptor at `off`, copied out once.
     fn read_desc(&self, off: usize) -> [u8; 16];
     /// A hint: the line at `off` is written soon.
@@ -112,6 +114,9 @@ impl RingMemory for Region {
     #[inline(always)]
     fn u32(&self, off: usize) -> &AtomicU32 {
         Region::u32(self, off)
+    }
+    fn bytes(&self) -> usize {
+        Region::len(self)
     }
     #[inline(always)]
     fn read_desc(&self, off: usize) -> [u8; 16] {
@@ -166,6 +171,33 @@ impl Area {
                 off,
                 align,
             });
+        }
+        Ok(Area {
+            map: map.clone(),
+            off,
+        })
+    }
+}
+
+impl<M: RingMemory> Area<M> {
+    /// `len` bytes at offset `off` of `map`: aligned to `align` and inside it (for rings on
+    /// memory other than a frontend's, where the offset stands for the address).
+    pub fn within(
+        map: &Arc<M>,
+        area: &'static str,
+        off: usize,
+        len: u64,
+        align: u64,
+    ) -> Result<Area<M>, RingError> {
+        let addr = off as u64;
+        if !addr.is_multiple_of(align) {
+            return Err(RingError::Misaligned { area, addr, align });
+        }
+        if addr
+            .checked_add(len)
+            .is_none_or(|end| end > map.bytes() as u64)
+        {
+            return Err(RingError::Unmapped { area, addr, len });
         }
         Ok(Area {
             map: map.clone(),

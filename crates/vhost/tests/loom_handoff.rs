@@ -143,6 +143,9 @@ impl RingMemory for LoomMem {
         );
         &self.words[off / 4]
     }
+    fn bytes(&self) -> usize {
+        BYTES
+    }
     fn read_desc(&self, off: usize) -> [u8; 16] {
         let mut b = [0u8; 16];
         for (k, pair) in b.chunks_exact_mut(2).enumerate() {
@@ -254,7 +257,8 @@ fn split_model(weak: bool) {
         let mask = SPLIT_SIZE - 1;
         let end = START.wrapping_add(2);
         let want: Vec<(u32, u64)> = (0..2).map(|k| (buffer(k, 0).1, buffer(k, 0).0)).collect();
-        let ring = SplitRing::over(mem.clone(), SPLIT_SIZE, SPLIT_DESC, SPLIT_AVAIL, SPLIT_USED);
+        let ring = SplitRing::over(mem.clone(), SPLIT_SIZE, SPLIT_DESC, SPLIT_AVAIL, SPLIT_USED)
+            .expect("the split layout fits");
         let table = table.clone();
         let dev = thread::spawn(move || device(&ring, &table, START, &want));
         // The driver's completion side (an interrupt on another CPU): one look at used.idx,
@@ -319,7 +323,8 @@ fn packed_model(weak: bool) {
             PACKED_DESC,
             PACKED_DRIVER,
             PACKED_DEVICE,
-        );
+        )
+        .expect("the packed layout fits");
         let table = table.clone();
         let dev = thread::spawn(move || device(&ring, &table, PACKED_START, &want));
         // The driver's completion side: one look at the burst's first slot, then (read
