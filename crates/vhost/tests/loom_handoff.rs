@@ -17,14 +17,17 @@
 //! too). The split indices start just below the wrap of their `u16`; the packed burst starts
 //! in the ring's last slot with a chain of two descriptors, so it wraps the ring and the wrap
 //! counters, and its used id (the last descriptor's) lands in its head slot, which held
-//! another. The control (every Acquire and Release of the ring code weakened to Relaxed) must
+//! another. With IN_ORDER (a tx ring's burst handed back as one run, `put_used_run`) the driver
+//! reads the one entry of the run: the split ring's at its last place, the packed ring's in its
+//! first slot, each with the last chain's id, and nothing else of the burst written. The control (every Acquire and Release of the ring code weakened to Relaxed) must
 //! be caught.
 //!
 //! Mutations of the ring code these models catch (each checked): avail.idx read Relaxed,
 //! used.idx published Relaxed, a packed slot's flags read Relaxed, the packed burst's head flag
 //! stored Relaxed, or before the other entries', the packed used id not stored. Not caught:
 //! the other entries' flags stored Relaxed (the head's Release, stored after them, covers them
-//! for a driver that takes used entries in order, as the spec's does).
+//! for a driver that takes used entries in order, as the spec's does); the split run's entry
+//! put at the run's first place instead of its last is caught.
 //!
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 //!     cargo test -p memnic-vhost --test loom_handoff --release
@@ -200,8 +203,9 @@ fn buffer(k: usize, part: u64) -> (u64, u32) {
 
 /// The backend's side: waits for chains, takes what the first look finds in one burst,
 /// checking each chain against `want` (its total length and first buffer, as the driver wrote
-/// them), hands each back used with [`written`], and publishes the burst.
-fn device<V: Vring>(ring: &V, table: &MemTable, start: u16, want: &[(u32, u64)]) {
+/// them), hands each back used with [`written`] (or, `in_order`, the whole burst as one run
+/// none was written into, as a tx ring's with IN_ORDER), and publishes the burst.
+fn device<V: Vring>(ring: &V, table: &MemTable, start: u16, want: &[(u32, u64)], in_order: bool) {
     let mut pieces: Vec<Piece> = Vec::new();
     let mut taken = Vec::new();
     while taken.is_empty() {
@@ -224,6 +228,8 @@ fn device<V: Vring>(ring: &V, table: &MemTable, start: u16, want: &[(u32, u64)])
         "the whole batch, as the driver wrote it"
     );
     let mut used = ring.used_at(start);
+    let chains = taken.len() as u16;
+    let mut run = None;
     for (k, (chain, walked, first)) in taken.into_iter().enumerate() {
         let total = walked.expect("the descriptors read as the driver wrote them");
         let (len, addr) = want[k];
@@ -234,7 +240,15 @@ fn device<V: Vring>(ring: &V, table: &MemTable, start: u16, want: &[(u32, u64)])
             (region, off),
             "chain {k}'s buffer as the driver wrote it"
         );
-        ring.put_used(&mut used, chain, written(k));
+        if in_order {
+            let (_, descs) = run.unwrap_or((chain, 0));
+            run = Some((chain, descs + chain.descs));
+        } else {
+            ring.put_used(&mut used, chain, written(k));
+        }
+    }
+    if let Some((last, descs)) = run {
+        ring.put_used_run(&mut used, last, chains, descs);
     }
     ring.publish(&mut used);
 }
@@ -247,7 +261,7 @@ fn put_buffer(mem: &LoomMem, d: usize, (addr, len): (u64, u32)) {
     put_u32(mem, d + 8, len);
 }
 
-fn split_model(weak: bool) {
+fn split_model(weak: bool, in_order: bool) {
     let table = table();
     loom::model(move || {
         let mem = Arc::new(LoomMem::new(weak));
@@ -260,12 +274,21 @@ fn split_model(weak: bool) {
         let ring = SplitRing::over(mem.clone(), SPLIT_SIZE, SPLIT_DESC, SPLIT_AVAIL, SPLIT_USED)
             .expect("the split layout fits");
         let table = table.clone();
-        let dev = thread::spawn(move || device(&ring, &table, START, &want));
+        let dev = thread::spawn(move || device(&ring, &table, START, &want, in_order));
         // The driver's completion side (an interrupt on another CPU): one look at used.idx,
         // then (read barrier) the entries.
         let seen = mem.clone();
         let completion = thread::spawn(move || {
             if get(&seen, SPLIT_USED + 2, Acquire) != end {
+                return;
+            }
+            if in_order {
+                // One entry for the run, at its last place, with the last chain's id.
+                let entry = |k: u16| SPLIT_USED + 4 + 8 * (START.wrapping_add(k) & mask) as usize;
+                let last = START.wrapping_add(1) & mask;
+                assert_eq!(get_u32(&seen, entry(1)), u32::from(last), "the run's id");
+                assert_eq!(get_u32(&seen, entry(1) + 4), 0, "the run's length");
+                assert_eq!(get(&seen, entry(0), Relaxed), POISON, "one entry written");
                 return;
             }
             for k in 0..2 {
@@ -303,7 +326,7 @@ fn is_used(flags: u16, wrap: bool) -> bool {
     (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) == wrap
 }
 
-fn packed_model(weak: bool) {
+fn packed_model(weak: bool, in_order: bool) {
     let table = table();
     loom::model(move || {
         let mem = Arc::new(LoomMem::new(weak));
@@ -326,13 +349,26 @@ fn packed_model(weak: bool) {
         )
         .expect("the packed layout fits");
         let table = table.clone();
-        let dev = thread::spawn(move || device(&ring, &table, PACKED_START, &want));
+        let dev = thread::spawn(move || device(&ring, &table, PACKED_START, &want, in_order));
         // The driver's completion side: one look at the burst's first slot, then (read
         // barrier) every entry of the burst: the other slot is used too, and each holds its
         // chain's id and the written length.
         let seen = mem.clone();
         let completion = thread::spawn(move || {
             if !is_used(get(&seen, slot_off(3) + 14, Acquire), true) {
+                return;
+            }
+            if in_order {
+                // One used descriptor for the run, in its first slot, with the last chain's
+                // id; the run's other slots stay as the driver made them available.
+                assert_eq!(
+                    get(&seen, slot_off(3) + 12, Relaxed),
+                    PACKED_IDS[1],
+                    "the run's id"
+                );
+                assert_eq!(get_u32(&seen, slot_off(3) + 8), 0, "the run's length");
+                let flags = get(&seen, slot_off(1) + 14, Acquire);
+                assert_eq!(flags, avail_flags(false, false), "slot 1 left available");
                 return;
             }
             assert!(
@@ -371,22 +407,32 @@ fn packed_model(weak: bool) {
 
 #[test]
 fn split_chains_and_used_entries_are_seen_whole() {
-    split_model(false);
+    split_model(false, false);
 }
 
 #[test]
 fn packed_chains_and_the_used_burst_are_seen_whole() {
-    packed_model(false);
+    packed_model(false, false);
+}
+
+#[test]
+fn split_in_order_run_is_seen_whole() {
+    split_model(false, true);
+}
+
+#[test]
+fn packed_in_order_run_is_seen_whole() {
+    packed_model(false, true);
 }
 
 #[test]
 #[should_panic(expected = "as the driver wrote")]
 fn control_split_without_acquire_and_release_is_caught() {
-    split_model(true);
+    split_model(true, false);
 }
 
 #[test]
 #[should_panic(expected = "as the driver wrote")]
 fn control_packed_without_acquire_and_release_is_caught() {
-    packed_model(true);
+    packed_model(true, false);
 }
