@@ -901,6 +901,12 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
         }
         heard = true;
         dog.arm(timeout);
+        // Screened first: the requests answered here are read with plain reads, which
+        // leave any descriptors attached to the kernel to release, on this thread.
+        if let Err(why) = screen_fds(&watch, peer, Instant::now() + timeout) {
+            dog.disarm();
+            break why;
+        }
         match take_own_request(&watch, &device) {
             Ok(true) => {
                 dog.disarm();
@@ -911,10 +917,6 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
                 dog.disarm();
                 break why;
             }
-        }
-        if let Err(why) = screen_fds(&watch, peer, Instant::now() + timeout) {
-            dog.disarm();
-            break why;
         }
         let r = handler.handle_request();
         let fired = dog.disarm();

@@ -515,6 +515,26 @@ fn more_descriptors_than_a_request_carries_are_refused_before_rust_vmm_reads_the
     drop(theirs);
 }
 
+/// The requests the control thread answers itself (an early SET_VRING_ENABLE, SET_STATUS,
+/// GET_STATUS) are screened like the rest: one that carries a descriptor whose close waits on
+/// the frontend is refused, and that close is not made on the control thread (the next
+/// frontend is served at once, not after the 60-s linger).
+#[test]
+fn a_request_the_control_thread_answers_itself_is_screened_too() {
+    use memnic_shm::unix::lingering_socket;
+    let mut b = Bench::new("hostile-own", Duration::from_secs(5));
+    let (ours, theirs) = lingering_socket().unwrap();
+    let raw = Raw::connect(&b.tp.path);
+    raw.send(SET_VRING_ENABLE, &state(0, 1), &[ours.as_raw_fd()]);
+    drop(ours); // the port's copy is now the last: its close waits
+    b.refused(
+        "an early SET_VRING_ENABLE",
+        raw,
+        "descriptor 0 of a message",
+    );
+    drop(theirs);
+}
+
 /// A frontend that reconnects again and again, each time with a descriptor whose close waits on
 /// it (a lingering socket, as a FUSE file whose server does not answer), fills its user's
 /// closer threads: the port then refuses new frontends of that user (our descriptor table does
