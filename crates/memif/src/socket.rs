@@ -25,8 +25,10 @@ use crate::port::{CLOSERS_BUSY, GREETINGS_BUSY};
 const MAX_GREETING: usize = 64;
 /// Clients of one user (SO_PEERCRED's uid) greeted but not yet dispatched; more are refused
 /// with [`GREETINGS_BUSY`], so that one user's silent clients cannot take every place (each
-/// holds one until its INIT comes or the greeting times out).
-const MAX_GREETING_PER_SENDER: usize = 16;
+/// holds one until its INIT comes or the greeting times out). It also bounds what one user's
+/// connections can hand us before its closes shut the gate: each first message brings up to
+/// 253 descriptors (`SeqpacketConn::recv`).
+const MAX_GREETING_PER_SENDER: usize = 8;
 const MAX_ACCEPT_PER_POLL: usize = 16;
 
 /// What one read from a control connection gave.

@@ -362,6 +362,33 @@ fn a_client_whose_descriptors_never_close_is_refused_once_its_users_closers_are_
         let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
         Fake { conn }.expect_disconnect(CLOSERS_BUSY);
     }
+    // A refused client that queued messages first, each with lingering sockets (the server
+    // held still meanwhile): its connection waits to close as one descriptor, not as every
+    // descriptor it queued.
+    let mut lingering = Vec::new();
+    let conn = {
+        let _still = srv.port.lock().unwrap();
+        let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
+        for _ in 0..3 {
+            let socks: Vec<_> = (0..8).map(|_| lingering_socket().unwrap()).collect();
+            let fds: Vec<_> = socks.iter().map(|(ours, _)| ours.as_fd()).collect();
+            conn.send(&Msg::Ack.encode(), &fds).unwrap();
+            lingering.extend(socks.into_iter().map(|(_, theirs)| theirs));
+        }
+        conn
+    };
+    Fake { conn }.expect_disconnect(CLOSERS_BUSY);
+    let since = Instant::now();
+    while closes_waiting_from(me) < MAX_CLOSERS + 1 && since.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        closes_waiting_from(me),
+        MAX_CLOSERS + 1,
+        "the connection, whole"
+    );
+    held.extend(lingering);
     // Another user's client is not held up by this one's closes.
     let ev = EventFd::new().unwrap();
     let reg = region(1 << 16);
@@ -381,14 +408,14 @@ fn a_client_whose_descriptors_never_close_is_refused_once_its_users_closers_are_
     assert_eq!(srv.port.lock().unwrap().connects, 2);
 }
 
-/// One user's clients that connect and say nothing take at most 16 of the greeting places:
-/// its 17th is refused with GREETINGS_BUSY while another user's client is greeted; once its
+/// One user's clients that connect and say nothing take at most 8 of the greeting places:
+/// its 9th is refused with GREETINGS_BUSY while another user's client is greeted; once its
 /// silent clients go, it is greeted again.
 #[test]
 fn one_users_silent_clients_do_not_take_every_greeting_place() {
     let srv = Server::start("greetings");
     let silent = on_a_thread_as_uid(4242, || {
-        let silent: Vec<Fake> = (0..16).map(|_| Fake::connect(&srv.sock)).collect();
+        let silent: Vec<Fake> = (0..8).map(|_| Fake::connect(&srv.sock)).collect();
         let conn = SeqpacketConn::connect(&SocketAddrSpec::memif(&srv.sock, false)).unwrap();
         Fake { conn }.expect_disconnect(GREETINGS_BUSY);
         silent

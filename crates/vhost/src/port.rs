@@ -495,8 +495,7 @@ fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<Unix
             let why = "busy: descriptors this frontend's user sent have not closed yet";
             crate::device::trace(format_args!("frontend refused: {why}"));
             shared.set_reason(why.to_string());
-            drain(&stream);
-            drop(stream);
+            memnic_shm::unix::close_connection(stream.into());
             std::thread::sleep(TICK);
             continue;
         }
@@ -607,9 +606,10 @@ const MAX_MSG_FDS: usize = 32;
 /// with its first bytes (a stream read stops after them, so a peek of the whole message comes
 /// back short while its bytes are all queued), more descriptors than a request carries, or a
 /// descriptor whose close could wait on a process (a file on FUSE or on a mount no table
-/// names, a socket) is taken here, its descriptors closed elsewhere (`dispose`), and the
-/// frontend dropped with why. A message not queued whole by `deadline` is left to rust-vmm
-/// (which waits for it under the watchdog).
+/// names, a socket) is refused: the copies the look installed are closed elsewhere
+/// (`dispose_from`), and the frontend is dropped with why, its socket still holding the
+/// message (`serve` hands it whole to `close_connection`). A message not queued whole by
+/// `deadline` is left to rust-vmm (which waits for it under the watchdog).
 fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result<(), String> {
     use memnic_shm::unix::{
         closes_without_a_server, dispose_from, peek_with_fds, queued_bytes, SCM_MAX_FD,
@@ -653,7 +653,6 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result
         // `recvmsg`, whatever came by then, descriptors included: a frontend sends a message
         // whole, so a body that does not follow its header at once is refused here.
         if want > 12 && Instant::now() >= body_deadline {
-            drain(sock);
             return Err(format!(
                 "invalid message: its header announces {} bytes of body, {} came with it",
                 want - 12,
@@ -686,39 +685,14 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result
             })
     };
     fds.into_iter().for_each(dispose);
-    let Some(why) = why else {
-        return Ok(());
-    };
-    drain(sock);
-    Err(why)
+    match why {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
 }
 
 /// How long a message's body may trail its header (a frontend sends them in one piece).
 const BODY_WAIT: Duration = Duration::from_millis(100);
-
-/// Takes every byte queued on a frontend's socket that we are about to drop, and the
-/// descriptors attached to them, and closes those elsewhere (`dispose`): the kernel would
-/// release them with the socket on this thread, and the last reference to a socket with
-/// SO_LINGER waits there. Reading is shut first, so the frontend can queue no more.
-fn drain(sock: &UnixStream) {
-    use memnic_shm::unix::{dispose_from, queued_bytes, take_fds, SCM_MAX_FD};
-    let sender = Sender::of(sock.as_fd());
-    let _ = sock.shutdown(std::net::Shutdown::Read);
-    // Each read stops after the bytes that carry descriptors; the queue is bounded by the
-    // socket's buffer.
-    for _ in 0..4096 {
-        let Ok(queued) = queued_bytes(sock.as_fd()) else {
-            return;
-        };
-        if queued == 0 {
-            return;
-        }
-        match take_fds(sock.as_fd(), queued.min(1 << 16), SCM_MAX_FD) {
-            Ok(fds) => fds.into_iter().for_each(|f| dispose_from(f, sender)),
-            Err(_) => return,
-        }
-    }
-}
 
 /// rust-vmm's largest message body (vhost 0.18's `MAX_MSG_SIZE`).
 const MAX_MSG_BODY: usize = 0x1000;
@@ -945,8 +919,10 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     };
     dog.detach();
     crate::device::trace(format_args!("frontend dropped: {why}"));
-    drain(&watch);
-    let _ = watch.shutdown(std::net::Shutdown::Both);
+    // Our other copies of the socket first: the last one closed is where the kernel releases
+    // what its queue still holds (`close_connection` gives that to a closer thread).
+    drop(handler);
+    memnic_shm::unix::close_connection(watch.into());
     device.lock().unwrap_or_else(|p| p.into_inner()).reset();
     shared.disconnects.fetch_add(1, Relaxed);
     shared.set_reason(why);

@@ -157,6 +157,9 @@ impl MemifPort {
                 Ok(_) | Err(TryRecvError::Disconnected) => self.abandoned_connect = None,
             }
         }
+        if closers_busy(self.server) {
+            return Err(self.busy_reason());
+        }
         let (tx, done) = mpsc::sync_channel(1);
         let addr = self.addr();
         std::thread::Builder::new()
@@ -173,6 +176,22 @@ impl MemifPort {
         Ok(())
     }
 
+    /// Whether descriptors the user of the server at the other end of `conn` sent still wait
+    /// to close (`closers_busy`): a server that sends us more each time we connect would grow
+    /// our descriptor table (see `dispose_from`). Remembers that user: we do not connect again
+    /// while it is busy.
+    fn busy_server(&mut self, conn: &SeqpacketConn) -> bool {
+        self.server = Sender::of(conn.as_fd());
+        closers_busy(self.server)
+    }
+
+    fn busy_reason(&self) -> String {
+        format!(
+            "not connecting to {}: descriptors its user's peers sent have not closed yet",
+            self.addr()
+        )
+    }
+
     /// Has the connect finished (or run out of time)?
     fn poll_connect(&mut self) {
         let phase = std::mem::replace(&mut self.phase, Phase::Listening);
@@ -186,14 +205,11 @@ impl MemifPort {
             return;
         };
         match done.try_recv() {
-            Ok(Ok(conn)) if closers_busy(Sender::of(conn.as_fd())) => {
-                // Descriptors the server's user sent still wait to close: a server that sends
-                // us more each time we connect would grow our descriptor table (see
-                // `dispose_from`). Closed before its greeting is read.
-                let why = format!(
-                    "not connecting to {}: descriptors its user's peers sent have not closed yet",
-                    self.addr()
-                );
+            Ok(Ok(conn)) if self.busy_server(&conn) => {
+                // Closed before its greeting is read; what it queued goes whole to a closer
+                // (`close_connection`), and we do not connect again while that user is busy.
+                let why = self.busy_reason();
+                drop(conn);
                 self.attempt_failed(why, since);
             }
             Ok(Ok(conn)) => match conn.set_nonblocking(true) {

@@ -36,7 +36,7 @@ use memnic_ethdev::{
     Devargs, LinkStatus, Mempool, Port, PortError, PortInfo, QueueMemory, QueueStats, RxQueue,
     StatsCell, TxQueue,
 };
-use memnic_shm::unix::{dispose_from, EventFd, SeqpacketConn, SocketAddrSpec};
+use memnic_shm::unix::{dispose_from, EventFd, Sender, SeqpacketConn, SocketAddrSpec};
 use memnic_shm::{Region, ShmError};
 
 use crate::msg::{AddRing, Msg, MsgError, RingDirection, Secret};
@@ -136,7 +136,7 @@ pub const PEER_JAMMED: &str = "Peer filled an interrupt line";
 /// taken (`memnic_shm::unix::closers_busy`): descriptors that user's peers sent are still
 /// waiting to close.
 pub const CLOSERS_BUSY: &str = "Busy: descriptors this user's peers sent have not closed yet";
-/// The DISCONNECT reason for a client that connects while 16 other clients of its user
+/// The DISCONNECT reason for a client that connects while 8 other clients of its user
 /// (SO_PEERCRED's uid) were greeted and have not sent their INIT yet.
 pub const GREETINGS_BUSY: &str = "Busy: too many connections of this user await their INIT";
 /// How often the control path looks for jammed interrupt lines.
@@ -195,6 +195,9 @@ pub struct MemifPort {
     /// Client: a connect that passed its deadline while still blocked in its thread. No new
     /// attempt starts until it returns, so a server that never accepts costs one thread.
     abandoned_connect: Option<Receiver<Result<SeqpacketConn, ShmError>>>,
+    /// Client: whose the server's last connection was (its user, `Sender::of`): while that
+    /// user's closes wait (`closers_busy`), we do not connect again.
+    server: Sender,
     /// Server: the socket, shared with the other server interfaces on it.
     listener: Option<Arc<SharedListener>>,
     gate: Arc<Gate>,
@@ -249,6 +252,7 @@ impl MemifPort {
             secret,
             phase,
             abandoned_connect: None,
+            server: Sender::UNKNOWN,
             listener,
             gate: Gate::new(),
             broken: Arc::new(Broken::default()),

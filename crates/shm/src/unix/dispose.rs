@@ -1,6 +1,6 @@
 //! Closing descriptors a peer sent that we do not keep.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex};
@@ -47,31 +47,33 @@ pub fn dispose(fd: OwnedFd) {
 /// closed on the thread that refused it. What closes without asking anyone is closed here and
 /// now (shared memory, eventfds and other anonymous files, pipes, files on a mount our table
 /// names that is not FUSE: [`closes_without_a_server`]); anything else on a closer thread, at
-/// most [`MAX_CLOSERS`] at once for each sender. Past that it waits in its sender's queue,
-/// which that sender's closer threads take from as their closes return, so nothing is left
-/// open for good; while a sender has [`MAX_CLOSERS`] or more waiting our listeners take no new
-/// peer of that sender ([`closers_busy`]), which is what bounds its queue: each peer can hand
-/// us a few descriptors before it is dropped. Other senders are not held up: their closes have
-/// closer threads of their own.
+/// most [`MAX_CLOSERS`] at once for each sender and [`MAX_CLOSERS_IN_ALL`] in all. Past that
+/// it waits in its sender's queue, which closer threads take from as their closes return
+/// (their own sender's first, then the sender with the fewest closers), so nothing is left
+/// open for good. While a sender has [`MAX_CLOSERS`] or more waiting, our listeners take no
+/// new peer of that sender ([`closers_busy`]), and no new peer at all while the waiting of
+/// every sender together reach a bound tied to our descriptor limit ([`max_waiting`]): that
+/// is what bounds the queues (each peer can hand us a few descriptors before it is dropped).
+/// Other senders are not held up below that bound: their closes have closer threads of their
+/// own.
 pub fn dispose_from(fd: OwnedFd, sender: Sender) {
     if closes_without_a_server(fd.as_fd(), None) {
         drop(fd);
         return;
     }
     let mut w = lock_waiting();
-    let q = w.entry(sender).or_default();
-    if q.closers >= MAX_CLOSERS {
-        q.queued.push(fd);
+    if !w.has_room(sender) {
+        w.senders.entry(sender).or_default().queued.push_back(fd);
         return;
     }
-    q.closers += 1;
+    w.count_closer(sender);
     drop(w);
     start_closer(fd, sender);
 }
 
-/// Starts a closer thread for `sender` on `fd` (counted in its `closers` by the caller). One
-/// that cannot start leaves `fd` queued: the next `dispose_from`, or a look at
-/// [`closes_waiting_from`] while none of the sender's closers runs, starts another.
+/// Starts a closer thread for `sender` on `fd` (counted by the caller). One that cannot start
+/// leaves `fd` queued: the next look at the queues while no closer runs starts another
+/// ([`closes_waiting`], [`closers_busy`]).
 fn start_closer(fd: OwnedFd, sender: Sender) {
     // Handed over through a slot: a thread that cannot start must not close it here either.
     let slot = Arc::new(Mutex::new(Some(fd)));
@@ -83,31 +85,22 @@ fn start_closer(fd: OwnedFd, sender: Sender) {
             close_all_from(first, sender);
         });
     if started.is_err() {
+        let fd = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
         let mut w = lock_waiting();
-        let q = w.entry(sender).or_default();
-        q.closers -= 1;
-        q.queued
-            .extend(slot.lock().unwrap_or_else(|p| p.into_inner()).take());
+        w.uncount_closer(sender);
+        w.senders.entry(sender).or_default().queued.extend(fd);
     }
 }
 
-/// A closer thread's work: closes `first`, then whatever waits in `sender`'s queue, until it
-/// is empty.
+/// A closer thread's work: closes `first`, then whatever [`Waiting::next_after`] hands it,
+/// until nothing waits that it may take.
 fn close_all_from(first: Option<OwnedFd>, sender: Sender) {
-    let mut next = first;
+    let (mut next, mut sender) = (first, sender);
     loop {
         drop(next.take());
-        let mut w = lock_waiting();
-        let q = w.entry(sender).or_default();
-        match q.queued.pop() {
-            Some(fd) => next = Some(fd),
-            None => {
-                q.closers -= 1;
-                if q.closers == 0 {
-                    w.remove(&sender);
-                }
-                return;
-            }
+        match lock_waiting().next_after(sender) {
+            Some((fd, s)) => (next, sender) = (Some(fd), s),
+            None => return,
         }
     }
 }
@@ -117,54 +110,158 @@ fn close_all_from(first: Option<OwnedFd>, sender: Sender) {
 /// listeners refuse that sender's new peers.
 pub const MAX_CLOSERS: usize = 64;
 
+/// How many closer threads run at once, all senders together (a user with a range of
+/// subordinate uids is that many senders).
+pub const MAX_CLOSERS_IN_ALL: usize = 256;
+
+/// How many descriptors peers sent us may wait to close, all senders together, before our
+/// listeners take no new peer at all ([`closers_busy`]): a quarter of our descriptor limit
+/// (RLIMIT_NOFILE), from [`MAX_CLOSERS`] to 4096. Each refused connection that still holds
+/// messages is one more (see `SeqpacketConn`'s drop), so a peer that keeps reconnecting while
+/// its closes wait reaches it in the end: past it every sender waits, rather than our
+/// descriptor table filling up.
+pub fn max_waiting() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the live local `lim`.
+    let cur = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
+        0 => usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX),
+        _ => 1024,
+    };
+    (cur / 4).clamp(MAX_CLOSERS, 4096)
+}
+
 /// How many descriptors peers sent us are not closed yet, all senders together: closing on a
 /// closer thread (their server has not answered) or queued for one.
 pub fn closes_waiting() -> usize {
-    let w = lock_waiting();
-    w.values().map(|q| q.closers + q.queued.len()).sum()
+    restart_stalled();
+    lock_waiting().waiting()
 }
 
 /// How many descriptors `sender` sent us are not closed yet (see [`closes_waiting`]).
 pub fn closes_waiting_from(sender: Sender) -> usize {
-    let mut w = lock_waiting();
-    let Some(q) = w.get_mut(&sender) else {
-        return 0;
-    };
-    let waiting = q.closers + q.queued.len();
-    // Queued with no closer to take them (none could start): try again.
-    if q.closers == 0 {
-        if let Some(fd) = q.queued.pop() {
-            q.closers += 1;
-            drop(w);
-            start_closer(fd, sender);
-        }
-    }
-    waiting
+    restart_stalled();
+    lock_waiting().waiting_from(sender)
+}
+
+/// How many closer threads run now (at most [`MAX_CLOSERS_IN_ALL`]).
+pub fn closer_threads() -> usize {
+    lock_waiting().closers
 }
 
 /// Whether `sender` has [`MAX_CLOSERS`] or more closes waiting, counting those of
-/// [`Sender::UNKNOWN`] too: the point at which memif and vhost ports take no new peer of that
-/// sender (and our memif client does not stay connected to a server of that sender), until
-/// closes return.
+/// [`Sender::UNKNOWN`] too, or every sender together [`max_waiting`] or more: the point at which
+/// memif and vhost ports take no new peer of that sender (and our memif client does not
+/// connect to a server of that sender), until closes return.
 pub fn closers_busy(sender: Sender) -> bool {
+    restart_stalled();
+    let w = lock_waiting();
     let unknown = match sender {
         Sender::UNKNOWN => 0,
-        _ => closes_waiting_from(Sender::UNKNOWN),
+        _ => w.waiting_from(Sender::UNKNOWN),
     };
-    closes_waiting_from(sender) + unknown >= MAX_CLOSERS
+    w.waiting_from(sender) + unknown >= MAX_CLOSERS || w.waiting() >= max_waiting()
 }
 
-/// Each sender's closer threads running and descriptors queued for them.
+/// One sender's closer threads running and descriptors queued for them.
 #[derive(Default)]
-struct Waiting {
+struct Queue {
     closers: usize,
-    queued: Vec<OwnedFd>,
+    queued: VecDeque<OwnedFd>,
 }
 
-/// A sender's entry is there while any of its closers runs.
-static WAITING: Mutex<BTreeMap<Sender, Waiting>> = Mutex::new(BTreeMap::new());
+/// Every sender's queue (there while the sender has a closer running or a descriptor queued),
+/// and the closer threads running in all.
+struct Waiting {
+    senders: BTreeMap<Sender, Queue>,
+    closers: usize,
+}
 
-fn lock_waiting() -> std::sync::MutexGuard<'static, BTreeMap<Sender, Waiting>> {
+impl Waiting {
+    fn waiting(&self) -> usize {
+        self.senders
+            .values()
+            .map(|q| q.closers + q.queued.len())
+            .sum()
+    }
+
+    fn waiting_from(&self, sender: Sender) -> usize {
+        self.senders
+            .get(&sender)
+            .map_or(0, |q| q.closers + q.queued.len())
+    }
+
+    /// Whether one more closer may run for `sender`.
+    fn has_room(&self, sender: Sender) -> bool {
+        self.closers < MAX_CLOSERS_IN_ALL
+            && self.senders.get(&sender).map_or(0, |q| q.closers) < MAX_CLOSERS
+    }
+
+    fn count_closer(&mut self, sender: Sender) {
+        self.closers += 1;
+        self.senders.entry(sender).or_default().closers += 1;
+    }
+
+    fn uncount_closer(&mut self, sender: Sender) {
+        self.closers -= 1;
+        if let Some(q) = self.senders.get_mut(&sender) {
+            q.closers -= 1;
+            if q.closers == 0 && q.queued.is_empty() {
+                self.senders.remove(&sender);
+            }
+        }
+    }
+
+    /// A closer of `sender` is done with its descriptor: the next one it closes, and whose it
+    /// is: the next of the sender with the fewest closers among those with descriptors queued
+    /// and room for one more (its own sender on a tie), so that while every closer is taken
+    /// each sender with closes waiting gets its share as closes return; None when nothing
+    /// waits that it may take (the thread ends).
+    fn next_after(&mut self, sender: Sender) -> Option<(OwnedFd, Sender)> {
+        self.uncount_closer(sender);
+        let next = self
+            .senders
+            .iter()
+            .filter(|(_, q)| !q.queued.is_empty() && q.closers < MAX_CLOSERS)
+            .min_by_key(|(s, q)| (q.closers, **s != sender))
+            .map(|(s, _)| *s)?;
+        self.count_closer(next);
+        let fd = self.senders.get_mut(&next)?.queued.pop_front()?;
+        Some((fd, next))
+    }
+
+    /// A descriptor queued while no closer runs (none could start), counted for the closer
+    /// the caller starts on it.
+    fn take_stalled(&mut self) -> Option<(OwnedFd, Sender)> {
+        if self.closers > 0 {
+            return None;
+        }
+        let (sender, fd) = self
+            .senders
+            .iter_mut()
+            .find_map(|(s, q)| q.queued.pop_front().map(|fd| (*s, fd)))?;
+        self.count_closer(sender);
+        Some((fd, sender))
+    }
+}
+
+/// Starts a closer for descriptors queued while none runs (see [`start_closer`]); the caller
+/// looks at the queues after it.
+fn restart_stalled() {
+    let stalled = lock_waiting().take_stalled();
+    if let Some((fd, sender)) = stalled {
+        start_closer(fd, sender);
+    }
+}
+
+static WAITING: Mutex<Waiting> = Mutex::new(Waiting {
+    senders: BTreeMap::new(),
+    closers: 0,
+});
+
+fn lock_waiting() -> std::sync::MutexGuard<'static, Waiting> {
     WAITING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -412,6 +509,79 @@ mod tests {
         let (ours, _) = l.accept().unwrap();
         assert_eq!(Sender::of(ours.as_fd()), me);
         let _ = std::fs::remove_file(&dir);
+    }
+
+    /// Five senders, 64 lingering closes each: 256 closer threads in all, the fifth sender's
+    /// closes queued; as the first sender's closes return, their threads go to the fifth
+    /// (the fewest closers), not back to the others. With our descriptor limit at 1024 the
+    /// 320 waiting closes pass `max_waiting` (256), and every sender is refused, a new one too.
+    #[test]
+    fn closer_threads_are_shared_out_and_bounded_in_all() {
+        let senders: Vec<Sender> = (0..5).map(|i| Sender::uid(5000 + i)).collect();
+        let mut theirs: Vec<Vec<std::net::TcpStream>> = Vec::new();
+        for &s in &senders {
+            let mut held = Vec::new();
+            for _ in 0..MAX_CLOSERS {
+                let (ours, their) = lingering_socket().unwrap();
+                dispose_from(OwnedFd::from(ours), s);
+                held.push(their);
+            }
+            theirs.push(held);
+        }
+        assert_eq!(closer_threads(), MAX_CLOSERS_IN_ALL);
+        assert_eq!(closes_waiting(), 5 * MAX_CLOSERS);
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit read and write the live local `lim`.
+        unsafe {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            let was = lim.rlim_cur;
+            lim.rlim_cur = 1024;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            assert_eq!(max_waiting(), 256);
+            assert!(closers_busy(Sender::uid(6000)), "past the bound in all");
+            lim.rlim_cur = was;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+        assert!(!closers_busy(Sender::uid(6000)), "below it again");
+
+        // The first sender's peers read to the end: its closes return, and its threads take
+        // the fifth sender's queue.
+        let first = theirs.remove(0);
+        let ended = first
+            .into_iter()
+            .map(|t| reads_to_the_end(t, Duration::from_secs(10)))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter_map(|r| r.join().ok())
+            .filter(|&e| e)
+            .count();
+        assert_eq!(ended, MAX_CLOSERS);
+        wait_closed(senders[0]);
+        assert_eq!(closes_waiting_from(senders[0]), 0);
+        let since = std::time::Instant::now();
+        while lock_waiting()
+            .senders
+            .get(&senders[4])
+            .map_or(0, |q| q.closers)
+            < MAX_CLOSERS
+            && since.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for (i, s) in senders.iter().enumerate().skip(1) {
+            let q = &lock_waiting().senders[s];
+            assert_eq!((q.closers, q.queued.len()), (MAX_CLOSERS, 0), "sender {i}");
+        }
+        assert_eq!(closer_threads(), MAX_CLOSERS_IN_ALL);
+        drop(theirs);
+        let since = std::time::Instant::now();
+        while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!((closes_waiting(), closer_threads()), (0, 0));
     }
 
     /// Closes whose sender is not known count against every sender: a path that forgets whose

@@ -28,14 +28,15 @@ mod socket;
 
 pub use addr::SocketAddrSpec;
 pub use dispose::{
-    closers_busy, closes_waiting, closes_waiting_from, closes_without_a_server, dispose,
-    dispose_from, lingering_socket, on_a_thread_as_uid, PeerFds, Sender, MAX_CLOSERS,
+    closer_threads, closers_busy, closes_waiting, closes_waiting_from, closes_without_a_server,
+    dispose, dispose_from, lingering_socket, max_waiting, on_a_thread_as_uid, PeerFds, Sender,
+    MAX_CLOSERS, MAX_CLOSERS_IN_ALL,
 };
 pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
-    peek_with_fds, peer_cred, queued_bytes, take_fds, PeerCred, Received, SeqpacketConn,
-    SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS, SCM_MAX_FD,
+    close_connection, peek_with_fds, peer_cred, queued_bytes, take_fds, PeerCred, Received,
+    SeqpacketConn, SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS, SCM_MAX_FD,
 };
 
 use std::io;

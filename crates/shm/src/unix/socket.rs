@@ -234,70 +234,72 @@ impl Received {
 /// message (or reports it truncated).
 #[derive(Debug)]
 pub struct SeqpacketConn {
-    /// Closed by `Drop`, after [`drain_seqpacket`]; taken out by `From<SeqpacketConn> for
+    /// Closed by `Drop` ([`close_connection`]); taken out by `From<SeqpacketConn> for
     /// OwnedFd`.
     fd: ManuallyDrop<OwnedFd>,
 }
 
 /// The messages still queued on a connection carry the peer's descriptors, and closing the
 /// socket releases them on the closing thread, where the last reference to a socket the peer
-/// set SO_LINGER on waits for its other end: so they are taken off first
-/// ([`drain_seqpacket`]), then the socket is closed here, at once.
+/// set SO_LINGER on waits for its other end: see [`close_connection`].
 impl Drop for SeqpacketConn {
     fn drop(&mut self) {
         // SAFETY: drop runs once, and nothing uses `self.fd` after it.
         let fd = unsafe { ManuallyDrop::take(&mut self.fd) };
-        drain_seqpacket(fd.as_fd());
+        close_connection(fd);
     }
 }
 
-/// Takes every message queued on SEQPACKET socket `fd`, disposing of the descriptors they
-/// carry ([`dispose_from`] as the peer's: what cannot close at once goes to a closer thread). Reading is shut
-/// first, so the peer can queue no more (its sends fail). A zero-length message and the end of
-/// the stream both read as 0 bytes; with SO_TIMESTAMP on, each message read brings a
-/// timestamp and the end brings none, which is where the loop stops.
-fn drain_seqpacket(fd: BorrowedFd<'_>) {
+/// Closes `sock`, the last descriptor of a connected AF_UNIX socket (stream or SEQPACKET) to a
+/// peer, without waiting on the peer. It is shut both ways first, so the peer sees the end at
+/// once and can queue no more. A socket that still holds messages would have the kernel
+/// release the descriptors they carry as it closes, on the closing thread, where a socket the
+/// peer set SO_LINGER on (or a file on FUSE) waits for its other end: such a socket goes whole
+/// to a closer thread as its peer's ([`dispose_from`]): one descriptor of ours, whatever it
+/// holds (the descriptors in it stay in flight, which the kernel charges to the peer's user).
+/// One that holds nothing is closed here.
+pub fn close_connection(sock: OwnedFd) {
+    let sender = Sender::of(sock.as_fd());
     // SAFETY: shutdown takes no memory.
-    let ready = super::set_socket_option(fd, libc::SO_TIMESTAMP, 1i32).is_ok()
-        && unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RD) } == 0;
-    if !ready {
-        return;
-    }
-    let sender = Sender::of(fd);
-    let mut control = [0u64; DRAIN_CONTROL_LEN.div_ceil(size_of::<u64>())];
-    let mut buf = [0u8; 256];
-    // Bounded by the queue (nothing joins it now); the cap only guards against a surprise.
-    for _ in 0..1 << 16 {
-        match recv_messages_fds(fd, &mut buf, &mut control) {
-            Some(fds) => fds.into_iter().for_each(|f| dispose_from(f, sender)),
-            None => return,
-        }
+    unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RDWR) };
+    if holds_messages(sock.as_fd(), sender) {
+        dispose_from(sock, sender);
     }
 }
 
-/// Control buffer for [`drain_seqpacket`]: a message's descriptors, credentials and a
-/// timestamp.
-// SAFETY: CMSG_SPACE is pure arithmetic on its argument (it touches no memory).
-const DRAIN_CONTROL_LEN: usize = RECV_CONTROL_LEN
-    + unsafe { libc::CMSG_SPACE(size_of::<libc::timeval>() as libc::c_uint) as usize };
-
-/// One message of a drain: its descriptors, or None at the end (no message: no timestamp) or on
-/// an error.
-fn recv_messages_fds(
-    fd: BorrowedFd<'_>,
-    buf: &mut [u8],
-    control: &mut [u64],
-) -> Option<Vec<OwnedFd>> {
-    let flags = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC | libc::MSG_TRUNC;
+/// Whether connected socket `fd`, shut for reading, still holds a message or bytes: anything
+/// queued (FIONREAD), or, for the zero-length messages a SEQPACKET socket can queue, a look
+/// (MSG_PEEK, with room for a timestamp only: descriptors are not installed) that brings a
+/// timestamp (SO_TIMESTAMP on: every message read brings one, the end of the stream none) or
+/// reports descriptors cut off (copies the look installed after all are `sender`'s to dispose
+/// of). An error counts as holding something.
+fn holds_messages(fd: BorrowedFd<'_>, sender: Sender) -> bool {
+    if queued_bytes(fd).is_ok_and(|n| n > 0) {
+        return true;
+    }
+    if super::set_socket_option(fd, libc::SO_TIMESTAMP, 1i32).is_err() {
+        return true;
+    }
+    let mut control = [0u64; STAMP_CONTROL_LEN.div_ceil(size_of::<u64>())];
+    let mut buf = [0u8; 1];
+    let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
     loop {
-        match recv_with_fds(fd, buf, flags, control) {
-            Ok((_, fds, _, stamped)) if stamped || !fds.is_empty() => return Some(fds),
-            Ok(_) => return None,
+        return match recv_with_fds(fd, &mut buf, flags, &mut control) {
+            Ok((n, fds, got, stamped)) => {
+                let carried = !fds.is_empty() || got & libc::MSG_CTRUNC != 0;
+                fds.into_iter().for_each(|f| dispose_from(f, sender));
+                n > 0 || stamped || carried
+            }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(_) => return None,
-        }
+            Err(_) => true,
+        };
     }
 }
+
+/// Control buffer for [`holds_messages`]: a timestamp, no room for descriptors.
+// SAFETY: CMSG_SPACE is pure arithmetic on its argument (it touches no memory).
+const STAMP_CONTROL_LEN: usize =
+    unsafe { libc::CMSG_SPACE(size_of::<libc::timeval>() as libc::c_uint) as usize };
 
 impl SeqpacketConn {
     /// Connects to a listener at `addr` (blocking). No listener there gives
@@ -667,29 +669,56 @@ mod tests {
 
     /// Dropping our end of a connection whose queue holds a socket the peer set SO_LINGER on
     /// (behind zero-length messages, which read like the end of the stream) returns at once:
-    /// the queue is taken off and that socket closed elsewhere; the peer sees the end at once.
+    /// the connection goes whole to a closer thread, as its peer's (one descriptor waiting,
+    /// not the queue's), and the peer sees the end at once. One that holds nothing is closed
+    /// on the spot.
     #[test]
-    fn a_dropped_connection_closes_what_its_queue_carries_elsewhere() {
+    fn a_dropped_connection_that_holds_messages_is_closed_elsewhere_whole() {
+        let me = crate::unix::Sender::uid(std::fs::metadata("/proc/self").map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        }));
         let (a, b) = SeqpacketConn::pair().unwrap();
         let (ours, theirs) = crate::unix::lingering_socket().unwrap();
         let ev = EventFd::new().unwrap();
         a.send(&[], &[]).unwrap();
         a.send(&[], &[ev.as_fd()]).unwrap();
         a.send(&[], &[]).unwrap();
-        a.send(&[], &[ours.as_fd()]).unwrap();
-        drop(ours); // the copy in `b`'s queue is the last
+        for _ in 0..3 {
+            a.send(&[], &[ours.as_fd(), ev.as_fd()]).unwrap();
+        }
+        drop(ours); // the copies in `b`'s queue are the last
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             drop(b);
             tx.send(()).unwrap();
         });
         let returned = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+        let waiting = crate::unix::closes_waiting_from(me);
+        let mut buf = [0u8; 8];
+        let end = a.recv(&mut buf).map(|r| r.is_eof());
         drop(theirs);
         assert!(returned, "the drop returned at once");
+        assert_eq!(waiting, 1, "the connection waits to close, whole");
+        assert!(matches!(end, Ok(true)), "the peer sees the end: {end:?}");
         assert!(matches!(
             a.send(b"x", &[]),
             Err(ShmError::PeerClosed { .. })
         ));
+        let since = std::time::Instant::now();
+        while crate::unix::closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(crate::unix::closes_waiting(), 0);
+
+        let (a, b) = SeqpacketConn::pair().unwrap();
+        drop(b);
+        assert_eq!(
+            crate::unix::closer_threads(),
+            0,
+            "nothing queued: closed here"
+        );
+        assert!(matches!(a.recv(&mut buf).map(|r| r.is_eof()), Ok(true)));
     }
 
     fn temp_path(tag: &str) -> SocketAddrSpec {
