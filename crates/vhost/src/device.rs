@@ -9,7 +9,7 @@
 //! of its burst (the port's gate), first reading back where each running ring got to.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,9 +25,9 @@ use vhost::vhost_user::{
 use vhost::VhostUserMemoryRegionBase;
 
 use memnic_ethdev::MacAddr;
-use memnic_shm::unix::{dispose, EventFd};
+use memnic_shm::unix::{dispose_from, EventFd};
 
-use crate::mem::{MemTable, RegionDesc, MAX_MEM_SLOTS};
+use crate::mem::{Frontend, MemTable, RegionDesc, MAX_MEM_SLOTS};
 use crate::packed::PackedRing;
 use crate::port::Shared;
 use crate::queue::{settle_leaving, VringConn};
@@ -73,8 +73,8 @@ struct Vring {
 /// What the frontend configured; lives as long as its connection.
 pub struct Device {
     shared: Arc<Shared>,
-    /// The frontend's pid (SO_PEERCRED), for its mount table (see `MemTable::new`).
-    pub peer_pid: Option<i32>,
+    /// Who the frontend is (SO_PEERCRED): its mount table, its user's closes (`Frontend`).
+    pub frontend: Frontend,
     mac: MacAddr,
     mtu: u16,
     offered: u64,
@@ -127,7 +127,7 @@ impl Device {
         }
         Device {
             shared,
-            peer_pid: None,
+            frontend: Frontend::default(),
             mac,
             mtu,
             offered,
@@ -199,6 +199,10 @@ impl Device {
         fd: Option<File>,
     ) -> VuResult<Option<Arc<EventFd>>> {
         let Some(f) = fd else { return Ok(None) };
+        if !EventFd::is_eventfd(f.as_fd()) {
+            dispose_from(f.into(), self.frontend.sender);
+            return Err(self.refuse(format!("ring {index}: the {what} fd is not an eventfd")));
+        }
         match EventFd::from_fd(OwnedFd::from(f)) {
             Ok(e) => Ok(Some(Arc::new(e))),
             Err(e) => Err(self.refuse(format!("ring {index}: the {what} fd: {e}"))),
@@ -572,7 +576,7 @@ impl VhostUserBackendReqHandlerMut for Device {
                 mmap_offset: r.mmap_offset,
             })
             .collect();
-        let table = MemTable::new(&descs, files, self.peer_pid).map_err(|e| {
+        let table = MemTable::new(&descs, files, self.frontend).map_err(|e| {
             self.last_error = Some(e.to_string());
             invalid("memory table refused")
         })?;
@@ -689,7 +693,7 @@ impl VhostUserBackendReqHandlerMut for Device {
     fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
         trace(format_args!("set_vring_err"));
         if let Some(f) = fd {
-            dispose(f.into());
+            dispose_from(f.into(), self.frontend.sender);
         }
         self.vring(index as u32)?;
         Ok(())
@@ -775,7 +779,7 @@ impl VhostUserBackendReqHandlerMut for Device {
     }
 
     fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, file: File) -> VuResult<()> {
-        dispose(file.into());
+        dispose_from(file.into(), self.frontend.sender);
         trace(format_args!("set_inflight_fd"));
         Err(invalid("inflight tracking not offered"))
     }
@@ -800,7 +804,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         };
         let empty = MemTable::default();
         let cur = self.mem.as_deref().unwrap_or(&empty);
-        let table = cur.with(d, fd, self.peer_pid).map_err(|e| {
+        let table = cur.with(d, fd, self.frontend).map_err(|e| {
             self.last_error = Some(e.to_string());
             invalid("memory region refused")
         })?;
@@ -839,7 +843,7 @@ impl VhostUserBackendReqHandlerMut for Device {
         fd: File,
     ) -> VuResult<Option<File>> {
         trace(format_args!("set_device_state_fd"));
-        dispose(fd.into());
+        dispose_from(fd.into(), self.frontend.sender);
         Err(invalid("device state transfer not offered"))
     }
 
@@ -849,7 +853,7 @@ impl VhostUserBackendReqHandlerMut for Device {
     }
 
     fn set_log_base(&mut self, _log: &VhostUserLog, file: File) -> VuResult<()> {
-        dispose(file.into());
+        dispose_from(file.into(), self.frontend.sender);
         trace(format_args!("set_log_base"));
         Err(invalid("dirty logging not offered"))
     }

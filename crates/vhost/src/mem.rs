@@ -16,7 +16,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use memnic_shm::unix::dispose;
+use memnic_shm::unix::{dispose_from, Sender};
 use memnic_shm::{Region, ShmError};
 
 /// The most regions a table holds (SET_MEM_TABLE carries at most 8; ADD_MEM_REG can add more,
@@ -63,6 +63,26 @@ pub enum MemError {
     },
 }
 
+/// Who a frontend is: its pid, whose mount table names a file's filesystem when ours does not
+/// (`Region::check_peer_file`), and its user, whose closes a file we refuse counts against
+/// (`dispose_from`). Both from SO_PEERCRED; the default knows neither.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Frontend {
+    pub pid: Option<i32>,
+    pub sender: Sender,
+}
+
+impl Frontend {
+    /// The frontend at the other end of connected socket `sock`.
+    pub fn of(sock: BorrowedFd<'_>) -> Frontend {
+        let cred = memnic_shm::unix::peer_cred(sock).ok();
+        Frontend {
+            pid: cred.map(|c| c.pid),
+            sender: cred.map_or(Sender::UNKNOWN, |c| Sender::uid(c.uid)),
+        }
+    }
+}
+
 /// A mapped region.
 #[derive(Debug)]
 pub struct GuestRegion {
@@ -73,13 +93,13 @@ pub struct GuestRegion {
 }
 
 impl GuestRegion {
-    /// Maps `fd` as `desc` says; a refused fd is closed elsewhere (`dispose`: a FUSE file's
-    /// close waits for its server, maybe the frontend).
-    fn map(desc: RegionDesc, fd: OwnedFd, peer: Option<i32>) -> Result<GuestRegion, MemError> {
-        let len = match GuestRegion::check(desc, fd.as_fd(), peer) {
+    /// Maps `fd` as `desc` says; a refused fd is closed elsewhere (`dispose_from`: a FUSE
+    /// file's close waits for its server, maybe the frontend).
+    fn map(desc: RegionDesc, fd: OwnedFd, peer: Frontend) -> Result<GuestRegion, MemError> {
+        let len = match GuestRegion::check(desc, fd.as_fd(), peer.pid) {
             Ok(len) => len,
             Err(e) => {
-                dispose(fd);
+                dispose_from(fd, peer.sender);
                 return Err(e);
             }
         };
@@ -142,15 +162,14 @@ pub struct MemTable {
 }
 
 impl MemTable {
-    /// Maps a SET_MEM_TABLE: one fd per region, in order. `peer`: the frontend's pid, whose
-    /// mount table names a file's filesystem when ours does not (`Region::check_peer_file`).
+    /// Maps a SET_MEM_TABLE: one fd per region, in order, from frontend `peer`.
     pub fn new(
         descs: &[RegionDesc],
         files: Vec<File>,
-        peer: Option<i32>,
+        peer: Frontend,
     ) -> Result<MemTable, MemError> {
         let refused = |e: MemError, files: &mut dyn Iterator<Item = File>| {
-            files.for_each(|f| dispose(f.into()));
+            files.for_each(|f| dispose_from(f.into(), peer.sender));
             Err(e)
         };
         let mut files = files.into_iter();
@@ -175,20 +194,15 @@ impl MemTable {
     }
 
     /// This table plus one region (ADD_MEM_REG).
-    pub fn with(
-        &self,
-        desc: RegionDesc,
-        file: File,
-        peer: Option<i32>,
-    ) -> Result<MemTable, MemError> {
+    pub fn with(&self, desc: RegionDesc, file: File, peer: Frontend) -> Result<MemTable, MemError> {
         if self.regions.len() >= MAX_MEM_SLOTS {
-            dispose(file.into());
+            dispose_from(file.into(), peer.sender);
             return Err(MemError::TooMany(self.regions.len() + 1));
         }
         let mapped = |d: &RegionDesc| u128::from(d.mmap_offset) + u128::from(d.memory_size);
         let total = self.regions.iter().map(|r| mapped(&r.desc)).sum::<u128>() + mapped(&desc);
         if total > u128::from(MAX_MAPPED) {
-            dispose(file.into());
+            dispose_from(file.into(), peer.sender);
             return Err(MemError::TooLarge { total });
         }
         let new = GuestRegion::map(desc, OwnedFd::from(file), peer)?;

@@ -849,10 +849,8 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
     };
     shared.connects.fetch_add(1, Relaxed);
     let mut device = Device::new(shared.clone(), cfg.mac, cfg.mtu);
-    let peer = memnic_shm::unix::peer_cred(stream.as_fd())
-        .ok()
-        .map(|c| c.pid);
-    device.peer_pid = peer;
+    device.frontend = crate::mem::Frontend::of(stream.as_fd());
+    let peer = device.frontend.pid;
     let device = Arc::new(Mutex::new(device));
     let mut handler = BackendReqHandler::from_stream(stream, device.clone());
     let timeout = cfg.message_timeout;

@@ -5,7 +5,7 @@ use std::fs::File;
 
 use memnic_shm::Region;
 use memnic_vhost::chain::{walk, walk_packed, ChainError, Dir, Piece};
-use memnic_vhost::mem::{MemTable, RegionDesc};
+use memnic_vhost::mem::{Frontend, MemTable, RegionDesc};
 use memnic_vhost::packed::{
     PackedDesc, PackedRing, DESC_F_AVAIL, DESC_F_USED, EVENT_F_DESC, EVENT_F_DISABLE,
     EVENT_F_ENABLE, WRAP,
@@ -45,7 +45,7 @@ impl Guest {
             userspace_addr: UVA,
             mmap_offset: 0,
         };
-        let table = MemTable::new(&[d], vec![fd_of(&mem)], None).unwrap();
+        let table = MemTable::new(&[d], vec![fd_of(&mem)], Frontend::default()).unwrap();
         Guest { mem, table }
     }
 
@@ -208,6 +208,34 @@ fn indirect_tables_are_walked_and_their_abuse_refused() {
     assert_eq!(g.walk(0, Dir::Readable), Err(ChainError::TooLong));
 }
 
+/// A region file refused (a socket whose close waits on its peer, no shared memory) is closed
+/// off this thread and counted against the frontend's user, not against every user.
+#[test]
+fn a_refused_region_file_counts_against_its_frontends_user() {
+    use memnic_shm::unix::{closes_waiting, closes_waiting_from, lingering_socket, Sender};
+    let (ours, theirs) = lingering_socket().unwrap();
+    let frontend = Frontend {
+        pid: None,
+        sender: Sender::uid(4242),
+    };
+    let d = RegionDesc {
+        guest_phys_addr: GPA,
+        memory_size: 0x10000,
+        userspace_addr: UVA,
+        mmap_offset: 0,
+    };
+    let file = File::from(std::os::fd::OwnedFd::from(ours));
+    assert!(MemTable::new(&[d], vec![file], frontend).is_err());
+    assert_eq!(closes_waiting_from(Sender::uid(4242)), 1);
+    assert_eq!(closes_waiting_from(Sender::UNKNOWN), 0);
+    drop(theirs);
+    let since = std::time::Instant::now();
+    while closes_waiting() > 0 && since.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(closes_waiting(), 0);
+}
+
 /// Two regions that meet at a guest address: a buffer across the seam is two pieces, one in
 /// each mapping; with a gap between them it is refused; overlapping regions are no table.
 #[test]
@@ -223,7 +251,7 @@ fn a_buffer_across_two_regions_is_split_or_refused() {
     let t = MemTable::new(
         &[desc(0x20000, 0x9000_0000), desc(0x10000, 0x8000_0000)],
         vec![fd_of(&b), fd_of(&a)],
-        None,
+        Frontend::default(),
     )
     .unwrap();
     let mut pieces = Vec::new();
@@ -233,14 +261,14 @@ fn a_buffer_across_two_regions_is_split_or_refused() {
     let gap = MemTable::new(
         &[desc(0x10000, 0x8000_0000), desc(0x30000, 0x9000_0000)],
         vec![fd_of(&a), fd_of(&b)],
-        None,
+        Frontend::default(),
     )
     .unwrap();
     assert!(!gap.for_each_piece(0x1fff0, 0x20, |_, _, _| {}));
     assert!(MemTable::new(
         &[desc(0x10000, 0), desc(0x18000, 0x10_0000)],
         vec![fd_of(&a), fd_of(&b)],
-        None
+        Frontend::default()
     )
     .is_err());
 }

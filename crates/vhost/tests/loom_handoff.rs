@@ -41,7 +41,7 @@ use loom::sync::atomic::AtomicU16;
 use loom::thread;
 use memnic_shm::Region;
 use memnic_vhost::chain::{Dir, Piece};
-use memnic_vhost::mem::{MemTable, RegionDesc};
+use memnic_vhost::mem::{Frontend, MemTable, RegionDesc};
 use memnic_vhost::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED, WRAP};
 use memnic_vhost::split::DESC_F_NEXT;
 use memnic_vhost::split::{SplitRing, DESC_F_WRITE};
@@ -184,7 +184,7 @@ fn table() -> Arc<MemTable> {
         userspace_addr: 0x7f00_0000_0000,
         mmap_offset: 0,
     };
-    Arc::new(MemTable::new(&[d], vec![File::from(fd)], None).unwrap())
+    Arc::new(MemTable::new(&[d], vec![File::from(fd)], Frontend::default()).unwrap())
 }
 
 /// The bytes the backend says it wrote into chain k (its used length): not any buffer's length,

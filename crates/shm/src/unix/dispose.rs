@@ -15,7 +15,15 @@ use crate::Region;
 /// descriptor passed to [`dispose`], or a socket whose credentials cannot be read) counts
 /// against every sender, so that a path that forgets whose a descriptor was falls back to the
 /// process-wide gate, never to none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// What a uid cannot tell apart: peers that all run as one user (a container runtime without
+/// user namespaces, every QEMU as one service user) are one sender, so one of them can still
+/// hold up the others; users our user namespace does not map all show as the overflow uid
+/// (65534), one sender; a user with a range of subordinate uids is that many senders (the
+/// bounds in all, [`MAX_CLOSERS_IN_ALL`] and [`max_waiting`], hold for them); the server end
+/// of a connection reports who called `listen` (a socket handed over by a service manager:
+/// its uid), and a connection handed to another process keeps its connector's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Sender(Option<u32>);
 
 impl Sender {
@@ -360,7 +368,8 @@ pub fn lingering_socket() -> std::io::Result<(std::net::TcpStream, std::net::Tcp
 /// its own) and whose file access is still checked as the process's real uid: the sockets it
 /// connects are [`Sender::uid`]`(uid)`'s to their listeners (SO_PEERCRED records the effective
 /// uid). For tests of the per-sender gate (a peer of another user); the process must run as
-/// root.
+/// root. Threads `f` starts keep its credentials for their whole life.
+#[doc(hidden)]
 pub fn on_a_thread_as_uid<T: Send>(uid: u32, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
     std::thread::scope(|s| {
         s.spawn(move || {
