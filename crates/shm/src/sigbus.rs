@@ -63,8 +63,12 @@ use crate::{Result, ShmError};
 pub const MAX_PEER_BYTES: u64 = 16 << 40;
 
 /// How many peer-controlled mappings can be protected at once. Creating one more fails with
-/// [`ShmError::TooManyPeerMappings`].
-pub const MAX_PEER_MAPPINGS: usize = 1024;
+/// [`ShmError::TooManyPeerMappings`]. Honest peers need few (DPDK's zero-copy memif client
+/// sends region 0 and one region per memseg list; its copy-mode regions are sealed memfds,
+/// which need none), but a memif client may add 256 regions, each of a file it can shrink:
+/// room for 32 such connections at once, all interfaces of the process together. A few words
+/// a slot; the handler searches only up to the highest slot ever taken.
+pub const MAX_PEER_MAPPINGS: usize = 8192;
 
 /// The mapping is the peer's memory, as mapped.
 const INTACT: u8 = 0;
