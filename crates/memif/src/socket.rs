@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use memnic_shm::unix::{
-    closers_busy, PeerFds, Sender, SeqpacketConn, SeqpacketListener, SocketAddrSpec,
+    closers_busy, poll, PeerFds, PollFd, Sender, SeqpacketConn, SeqpacketListener, SocketAddrSpec,
 };
 use memnic_shm::ShmError;
 
@@ -44,6 +44,17 @@ pub(crate) enum Read {
 
 /// Reads and decodes one message (with its fds) from a nonblocking control connection.
 pub(crate) fn read_msg(conn: &SeqpacketConn) -> Read {
+    if closers_busy(conn.sender()) {
+        // Reading takes the descriptors a message carries into our table (up to 253), and
+        // what our table cannot take the kernel releases inside the read, on this thread: so
+        // nothing is read while the peer's user has closes waiting (or everyone has, past the
+        // bound in all). A message waiting is refused unread.
+        let mut look = [PollFd::readable(conn.as_fd())];
+        return match poll(&mut look, Some(Duration::ZERO)) {
+            Ok(0) => Read::Nothing,
+            _ => Read::Bad(CLOSERS_BUSY),
+        };
+    }
     let mut buf = [0u8; 256];
     let got = match conn.recv(&mut buf) {
         Ok(g) => g,
@@ -219,7 +230,7 @@ impl SharedListener {
             if st.greeting.len() >= MAX_GREETING || conn.set_nonblocking(true).is_err() {
                 continue; // dropped: closes the connection
             }
-            let sender = Sender::of(conn.as_fd());
+            let sender = conn.sender();
             if closers_busy(sender) {
                 // Descriptors this peer's user sent still wait to close (their servers do not
                 // answer): no new peer of that user until they do, so that no peer grows our

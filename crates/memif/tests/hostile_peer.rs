@@ -442,6 +442,40 @@ fn one_users_silent_clients_do_not_take_every_greeting_place() {
     .unwrap();
 }
 
+/// A client greeted before its user's closes filled up sends a message with descriptors: it
+/// is not read (a read takes up to 253 descriptors into our table, and what the table cannot
+/// take the kernel releases inside the read, on the control path) but refused unread.
+#[test]
+fn a_busy_users_message_is_refused_unread() {
+    use memnic_shm::unix::dispose_from;
+    let srv = Server::start("unread");
+    let me = Sender::uid(std::fs::metadata("/proc/self").unwrap().uid());
+    let mut f = Fake::connect(&srv.sock);
+    let mut held = Vec::new();
+    for _ in 0..MAX_CLOSERS {
+        let (ours, theirs) = lingering_socket().unwrap();
+        dispose_from(ours.into(), me);
+        held.push(theirs);
+    }
+    let evs: Vec<EventFd> = (0..16).map(|_| EventFd::new().unwrap()).collect();
+    let fds: Vec<_> = evs.iter().map(|e| e.as_fd()).collect();
+    let init = Msg::Init(Init {
+        version: memnic_memif::msg::VERSION,
+        id: 0,
+        mode: InterfaceMode::Ethernet,
+        secret: Secret::empty(),
+        name: Name::truncated("fake"),
+    });
+    f.send(&init.encode(), &fds);
+    f.expect_disconnect(CLOSERS_BUSY);
+    drop(held);
+    let since = Instant::now();
+    while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(closes_waiting(), 0);
+}
+
 /// A region or interrupt descriptor we refuse (a socket whose close waits on its peer) is
 /// disposed of as its sender's, the user the client runs as: not as nobody's, which would count
 /// against every user. The server is held still (its lock) while the client sends and lets go

@@ -299,9 +299,13 @@ fn no_connection_kept_while_every_closer_of_the_servers_user_waits() {
         let hello = Msg::Hello(Hello::new(Name::truncated("fake")));
         let p = Peer(l.accept().unwrap());
         let (ours, theirs) = lingering_socket().unwrap();
-        let _ = p.0.send(&hello.encode(), &[ours.as_fd()]);
-        drop(ours);
-        tx.send(theirs).unwrap();
+        // Our copy is let go only once the message holds one (the client may have closed
+        // first, when the send fails): dropped after `theirs`, it closes at once.
+        let ours = match p.0.send(&hello.encode(), &[ours.as_fd()]) {
+            Ok(()) => None,
+            Err(_) => Some(ours),
+        };
+        tx.send((theirs, ours)).unwrap();
         assert!(p.recv(Duration::from_secs(5)).is_none(), "no INIT");
         let p = Peer(l.accept().unwrap());
         p.send(&hello);
@@ -309,7 +313,8 @@ fn no_connection_kept_while_every_closer_of_the_servers_user_waits() {
     });
     let mut c = Client::new(&s, Duration::from_secs(5));
     let mut first = Vec::new();
-    c.service_for(Duration::from_secs(5), || {
+    // Generous: a loaded machine can take seconds to run the connect thread.
+    c.service_for(Duration::from_secs(30), || {
         first.extend(accepted.try_iter());
         !first.is_empty()
     });
@@ -319,15 +324,17 @@ fn no_connection_kept_while_every_closer_of_the_servers_user_waits() {
     assert_eq!(
         first.len(),
         1,
-        "connections made while the server's user is busy"
+        "connections made while the server's user is busy ({:?})",
+        c.port.last_reason
     );
     let why = c.port.last_reason.clone().unwrap_or_default();
     assert!(why.contains("have not closed yet"), "{why}");
     assert!(!c.port.is_connected());
+    let sent = first.iter().all(|(_, ours)| ours.is_none());
     assert_eq!(
         closes_waiting_from(me),
-        MAX_CLOSERS + 1,
-        "the refused connection waits to close, whole"
+        MAX_CLOSERS + usize::from(sent),
+        "the refused connection waits to close, whole, if it holds the HELLO"
     );
     drop(held);
     drop(first);

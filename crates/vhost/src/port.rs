@@ -28,6 +28,7 @@ use memnic_ethdev::{
 use memnic_shm::unix::{poll, EventFd, PollFd, Sender};
 
 use crate::device::Device;
+use crate::mem::Frontend;
 use crate::queue::{VhostRxQueue, VhostTxQueue, VringSlot};
 use crate::zerocopy::{ZeroCopyConfig, DEFAULT_MIN_LEN};
 
@@ -501,6 +502,9 @@ fn control_thread(shared: &Arc<Shared>, cfg: &VhostConfig, listener: Option<Unix
         }
         serve(shared, cfg, stream);
     }
+    if let Some(l) = listener {
+        memnic_shm::unix::close_listener(l.into());
+    }
 }
 
 /// Requests the control thread answers itself, ahead of rust-vmm's handler:
@@ -601,38 +605,38 @@ const MAX_MSG_FDS: usize = 32;
 /// them: rust-vmm closes those it does not pass on (fds on a request that takes none, a message
 /// it refuses, fds that come with any bytes of the message past its first read) on this
 /// thread, and closing a file whose filesystem a process serves (FUSE) waits for that process,
-/// maybe the frontend itself. So the whole message is looked at (its header, then up to
-/// rust-vmm's largest body), once it is queued: a message whose descriptors come anywhere but
-/// with its first bytes (a stream read stops after them, so a peek of the whole message comes
-/// back short while its bytes are all queued), more descriptors than a request carries, or a
-/// descriptor whose close could wait on a process (a file on FUSE or on a mount no table
-/// names, a socket) is refused: the copies the look installed are closed elsewhere
-/// (`dispose_from`), and the frontend is dropped with why, its socket still holding the
-/// message (`serve` hands it whole to `close_connection`). A message not queued whole by
-/// `deadline` is left to rust-vmm (which waits for it under the watchdog).
-fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result<(), String> {
+/// maybe the frontend itself. So the whole message (its header, then up to rust-vmm's largest
+/// body) is waited for with looks that install nothing, then looked at once with its
+/// descriptors: a message whose descriptors come anywhere but with its first bytes (a stream
+/// read stops after them, so a peek of the whole message comes back short while its bytes are
+/// all queued), descriptors the look could not take (more than a message can carry, or our
+/// table full), more than a request carries, or one whose close could wait on a process (a
+/// file on FUSE or on a mount no table names, a socket) is refused: the copies the look
+/// installed are closed elsewhere (`dispose_from`), and the frontend is dropped with why, its
+/// socket still holding the message (`serve` hands it whole to `close_connection`). So is a
+/// frontend whose user's closes are busy (the look would add to them), and a message that
+/// does not arrive whole within `timeout`.
+fn screen_fds(sock: &UnixStream, peer: Frontend, timeout: Duration) -> Result<(), String> {
     use memnic_shm::unix::{
-        closes_without_a_server, dispose_from, peek_with_fds, queued_bytes, SCM_MAX_FD,
+        closers_busy, closes_without_a_server, dispose_from, peek, peek_with_fds, queued_bytes,
+        SCM_MAX_FD,
     };
-    let sender = Sender::of(sock.as_fd());
-    let dispose = |f| dispose_from(f, sender);
     let err = |e: memnic_shm::ShmError| e.to_string();
+    let deadline = Instant::now() + timeout;
     let mut want = 12;
     let mut body_deadline = deadline;
-    let (n, fds) = loop {
+    loop {
         let queued = queued_bytes(sock.as_fd()).map_err(err)?;
-        // Room for every descriptor a message can carry: more than rust-vmm takes would be
-        // released by the kernel inside its `recvmsg`, on this thread (the last reference to
-        // a socket with SO_LINGER waits there).
         // The frontend shut its side: what is queued is all that comes.
         let mut look = [PollFd::readable(sock.as_fd())];
         let ended =
             poll(&mut look, Some(Duration::ZERO)).map_err(err)? > 0 && look[0].ready().hangup;
+        if queued == 0 {
+            return Ok(()); // nothing yet, or the end of the stream: rust-vmm reads it
+        }
         if want == 12 {
-            // The header's size first, with a peek that installs no descriptors (each copy
-            // of a FUSE file would cost a flush, and a closer, when it is closed).
             let mut h = [0u8; 12];
-            if memnic_shm::unix::peek(sock.as_fd(), &mut h).map_err(err)? == 12 {
+            if peek(sock.as_fd(), &mut h).map_err(err)? == 12 {
                 body_deadline = Instant::now() + BODY_WAIT;
                 let size = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
                 // Past rust-vmm's largest body it reads the header alone and refuses it.
@@ -641,13 +645,8 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result
                 }
             }
         }
-        let (n, fds) = peek_with_fds(sock.as_fd(), want, SCM_MAX_FD).map_err(err)?;
-        if n == want || (n < want && queued >= want) || ended {
-            break (n, fds);
-        }
-        fds.into_iter().for_each(dispose);
-        if n == 0 && queued == 0 {
-            return Ok(()); // the end of the stream: rust-vmm reads it
+        if queued >= want || ended {
+            break;
         }
         // rust-vmm waits for a header (under the watchdog), but reads a body with one
         // `recvmsg`, whatever came by then, descriptors included: a frontend sends a message
@@ -660,23 +659,37 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result
             ));
         }
         if Instant::now() >= deadline {
-            return Ok(());
+            return Err(format!(
+                "a message took longer than {timeout:?} to arrive whole ({queued} bytes came)"
+            ));
         }
         std::thread::sleep(Duration::from_millis(1));
-    };
-    let why = if n < want && !fds.is_empty() {
+    }
+    if closers_busy(peer.sender) {
+        return Err("busy: descriptors this frontend's user sent have not closed yet".into());
+    }
+    let seen = peek_with_fds(sock.as_fd(), want, SCM_MAX_FD).map_err(err)?;
+    let n = seen.len;
+    let why = if seen.cut {
+        Some(
+            "a message carries descriptors we could not look at (more than a message can \
+             carry, or our descriptor table is full)"
+                .to_string(),
+        )
+    } else if n < want && !seen.fds.is_empty() {
         Some(format!(
             "descriptors came with bytes {n}.. of a {want}-byte message, not with its first \
              (a frontend sends a message and its descriptors in one piece)"
         ))
-    } else if fds.len() > MAX_MSG_FDS {
+    } else if seen.fds.len() > MAX_MSG_FDS {
         Some(format!(
             "a message carries {} descriptors, more than the {MAX_MSG_FDS} a request may",
-            fds.len()
+            seen.fds.len()
         ))
     } else {
-        fds.iter()
-            .position(|f| !closes_without_a_server(f.as_fd(), peer))
+        seen.fds
+            .iter()
+            .position(|f| !closes_without_a_server(f.as_fd(), peer.pid))
             .map(|i| {
                 format!(
                     "descriptor {i} of a message could stall its close: a file on FUSE or on a \
@@ -684,7 +697,9 @@ fn screen_fds(sock: &UnixStream, peer: Option<i32>, deadline: Instant) -> Result
                 )
             })
     };
-    fds.into_iter().for_each(dispose);
+    seen.fds
+        .into_iter()
+        .for_each(|f| dispose_from(f, peer.sender));
     match why {
         Some(why) => Err(why),
         None => Ok(()),
@@ -839,18 +854,30 @@ fn unjam_calls(shared: &Shared) -> bool {
 /// Serves one frontend until it leaves, breaks the protocol, says nothing for the message
 /// timeout after connecting, stalls inside a message, or the port stops.
 fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
-    let (Ok(()), Ok(()), Ok(watch), Ok(cut)) = (
-        stream.set_nonblocking(false),
-        stream.set_read_timeout(None),
-        stream.try_clone(),
-        stream.try_clone(),
-    ) else {
-        return;
+    let set_up = || -> Result<(UnixStream, UnixStream), String> {
+        let e = |e: std::io::Error| e.to_string();
+        stream.set_nonblocking(false).map_err(e)?;
+        stream.set_read_timeout(None).map_err(e)?;
+        // A peer's MSG_OOB byte (and what it carries) where the screen's peeks see it.
+        memnic_shm::unix::set_oob_inline(stream.as_fd()).map_err(|e| e.to_string())?;
+        Ok((
+            stream.try_clone().map_err(e)?,
+            stream.try_clone().map_err(e)?,
+        ))
+    };
+    let (watch, cut) = match set_up() {
+        Ok(copies) => copies,
+        Err(why) => {
+            // Any copy made is gone already: ours is the last.
+            shared.set_reason(format!("frontend refused: {why}"));
+            memnic_shm::unix::close_connection(stream.into());
+            return;
+        }
     };
     shared.connects.fetch_add(1, Relaxed);
     let mut device = Device::new(shared.clone(), cfg.mac, cfg.mtu);
-    device.frontend = crate::mem::Frontend::of(stream.as_fd());
-    let peer = device.frontend.pid;
+    device.frontend = Frontend::of(stream.as_fd());
+    let peer = device.frontend;
     let device = Arc::new(Mutex::new(device));
     let mut handler = BackendReqHandler::from_stream(stream, device.clone());
     let timeout = cfg.message_timeout;
@@ -875,7 +902,7 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
         dog.arm(timeout);
         // Screened first: the requests answered here are read with plain reads, which
         // leave any descriptors attached to the kernel to release, on this thread.
-        if let Err(why) = screen_fds(&watch, peer, Instant::now() + timeout) {
+        if let Err(why) = screen_fds(&watch, peer, timeout) {
             dog.disarm();
             break why;
         }

@@ -68,14 +68,28 @@ impl Raw {
         b.extend_from_slice(&size.to_le_bytes());
         b
     }
-    /// Header (with the size field given) and payload in one write, the fds beside them.
+    /// Header (with the size field given) and payload in one write, the fds beside them. A
+    /// port that already refused an earlier message of this frontend has shut the connection:
+    /// the write then fails, which is left to the caller's look at why it was refused.
     fn msg(&self, code: u32, flags: u32, size: u32, payload: &[u8], fds: &[RawFd]) {
         let mut b = Raw::header(code, flags, size);
         b.extend_from_slice(payload);
-        if fds.is_empty() {
-            (&self.s).write_all(&b).unwrap();
+        let sent = if fds.is_empty() {
+            (&self.s).write_all(&b).map(|()| b.len())
         } else {
-            assert_eq!(self.s.send_with_fds(&[&b[..]], fds).unwrap(), b.len());
+            self.s
+                .send_with_fds(&[&b[..]], fds)
+                .map_err(std::io::Error::from)
+        };
+        match sent {
+            Ok(n) => assert_eq!(n, b.len()),
+            Err(e) => assert!(
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ),
+                "{e}"
+            ),
         }
     }
     /// A well-formed request (version 1, the size its payload's).
@@ -190,6 +204,27 @@ impl Bench {
             kick: EventFd::new(0).unwrap(),
             _pool: pool,
         }
+    }
+
+    /// Runs `queue` (which connects a frontend, queues its first message and lets go of its own
+    /// copies of what the message carries) while the port serves another frontend (of another
+    /// user, whom our user's closes never make the port refuse), so that
+    /// the port cannot take that message before `queue` lets go (the test's close would then
+    /// be the last, and wait); the other frontend then hangs up (counted in `lost`: the next
+    /// `wait_disconnects` waits for both).
+    fn queued_behind_another(&mut self, queue: impl FnOnce(&str) -> Raw) -> Raw {
+        // Of another user: never refused for our user's closes.
+        let path = self.tp.path.clone();
+        let mut hold = memnic_shm::unix::on_a_thread_as_uid(4343, || Raw::connect(&path)).unwrap();
+        hold.send(GET_FEATURES, &[], &[]);
+        assert!(
+            hold.reply_u64() & VERSION_1 != 0,
+            "the other frontend is served"
+        );
+        let raw = queue(&self.tp.path);
+        drop(hold);
+        self.lost += 1;
+        raw
     }
 
     /// The connection `raw` went through ends: closed by the port, with a reason containing
@@ -458,36 +493,31 @@ fn descriptors_past_a_messages_first_bytes_are_screened_too() {
     use vmm_sys_util::sock_ctrl_msg::ScmSocket;
     let mut b = Bench::new("hostile-split", Duration::from_secs(5));
     let (ours, theirs) = lingering_socket().unwrap();
-    let raw = Raw::connect(&b.tp.path);
-    let h = Raw::header(GET_FEATURES, V1, 0);
-    (&raw.s).write_all(&h[..1]).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(
-        raw.s
-            .send_with_fds(&[&h[1..]], &[ours.as_raw_fd()])
-            .unwrap(),
-        11
-    );
-    drop(ours); // the port's copy is now the last: its close waits
+    let raw = b.queued_behind_another(|path| {
+        let raw = Raw::connect(path);
+        let h = Raw::header(GET_FEATURES, V1, 0);
+        (&raw.s).write_all(&h[..1]).unwrap();
+        let sent = raw.s.send_with_fds(&[&h[1..]], &[ours.as_raw_fd()]);
+        assert_eq!(sent.unwrap(), 11);
+        drop(ours); // the port's copy is now the last: its close waits
+        raw
+    });
     b.refused("a header in two pieces", raw, "could stall its close");
     drop(theirs);
 
     let (ours, theirs) = lingering_socket().unwrap();
     let ev = EventFd::new(0).unwrap();
-    let raw = Raw::connect(&b.tp.path);
-    let h = Raw::header(SET_FEATURES, V1, 8);
-    assert_eq!(
-        raw.s.send_with_fds(&[&h[..]], &[ev.as_raw_fd()]).unwrap(),
-        12
-    );
-    let body = u64p(VERSION_1);
-    assert_eq!(
-        raw.s
-            .send_with_fds(&[&body[..]], &[ours.as_raw_fd()])
-            .unwrap(),
-        8
-    );
-    drop(ours);
+    let raw = b.queued_behind_another(|path| {
+        let raw = Raw::connect(path);
+        let h = Raw::header(SET_FEATURES, V1, 8);
+        let sent = raw.s.send_with_fds(&[&h[..]], &[ev.as_raw_fd()]);
+        assert_eq!(sent.unwrap(), 12);
+        let body = u64p(VERSION_1);
+        let sent = raw.s.send_with_fds(&[&body[..]], &[ours.as_raw_fd()]);
+        assert_eq!(sent.unwrap(), 8);
+        drop(ours);
+        raw
+    });
     b.refused(
         "descriptors on a body sent apart",
         raw,
@@ -508,10 +538,74 @@ fn more_descriptors_than_a_request_carries_are_refused_before_rust_vmm_reads_the
     let evs: Vec<EventFd> = (0..32).map(|_| EventFd::new(0).unwrap()).collect();
     let mut fds: Vec<RawFd> = evs.iter().map(|e| e.as_raw_fd()).collect();
     fds.push(ours.as_raw_fd());
+    let raw = b.queued_behind_another(|path| {
+        let raw = Raw::connect(path);
+        raw.send(GET_FEATURES, &[], &fds);
+        drop(ours); // the port's copy is now the last: its close waits
+        raw
+    });
+    b.refused("33 descriptors on GET_FEATURES", raw, "more than the 32");
+    drop(theirs);
+}
+
+/// A descriptor attached to an out-of-band byte (MSG_OOB): a peek skips such a byte unless the
+/// socket keeps it in line, and a plain read (rust-vmm's) drops it, releasing what it carries
+/// on the control thread. In line, the screen sees it and refuses the message; the next
+/// frontend is served at once, not after the 60-s linger.
+#[test]
+fn a_descriptor_on_an_out_of_band_byte_is_screened_too() {
+    use memnic_shm::unix::{lingering_socket, send_out_of_band};
+    let mut b = Bench::new("hostile-oob", Duration::from_secs(5));
+    let (ours, theirs) = lingering_socket().unwrap();
+    let raw = b.queued_behind_another(|path| {
+        let raw = Raw::connect(path);
+        send_out_of_band(raw.s.as_fd(), &[ours.as_fd()]).unwrap();
+        drop(ours); // the port's copy is now the last: its close waits
+        raw.send(GET_FEATURES, &[], &[]);
+        raw
+    });
+    b.refused("an out-of-band byte with a descriptor", raw, "descriptor");
+    drop(theirs);
+}
+
+/// Our descriptor table full when a message comes with a descriptor whose close waits: the
+/// screen's look cannot install every copy (MSG_CTRUNC) and refuses the message, instead of
+/// passing it to rust-vmm's read, which would leave the kernel to release that descriptor on
+/// the control thread. Whichever refusal the port makes with the few slots left, the next
+/// frontend is served at once once the table has room again.
+#[test]
+fn a_message_whose_descriptors_cannot_be_looked_at_is_refused() {
+    use memnic_shm::unix::lingering_socket;
+    let mut b = Bench::new("hostile-emfile", Duration::from_secs(5));
+    let (ours, theirs) = lingering_socket().unwrap();
+    let evs: Vec<EventFd> = (0..4).map(|_| EventFd::new(0).unwrap()).collect();
+    let mut hold = Raw::connect(&b.tp.path);
+    hold.send(GET_FEATURES, &[], &[]);
+    assert!(hold.reply_u64() & VERSION_1 != 0);
     let raw = Raw::connect(&b.tp.path);
+    let mut fds: Vec<RawFd> = evs.iter().map(|e| e.as_raw_fd()).collect();
+    fds.push(ours.as_raw_fd());
     raw.send(GET_FEATURES, &[], &fds);
     drop(ours); // the port's copy is now the last: its close waits
-    b.refused("33 descriptors on GET_FEATURES", raw, "more than the 32");
+    drop(evs);
+    // Every free slot of our table taken; the held frontend's end frees a few for the port.
+    let mut plug = Vec::new();
+    while let Ok(f) = std::fs::File::open("/dev/null") {
+        plug.push(f);
+    }
+    drop(hold);
+    b.lost += 2;
+    let why = b.tp.wait_disconnects(b.lost);
+    drop(plug);
+    assert!(
+        why.contains("could not look at")
+            || why.contains("could stall")
+            || why.contains("frontend refused"),
+        "{why}"
+    );
+    let mut raw = raw;
+    assert!(raw.closed());
+    b.next_is_served("after a full table");
     drop(theirs);
 }
 
@@ -524,9 +618,12 @@ fn a_request_the_control_thread_answers_itself_is_screened_too() {
     use memnic_shm::unix::lingering_socket;
     let mut b = Bench::new("hostile-own", Duration::from_secs(5));
     let (ours, theirs) = lingering_socket().unwrap();
-    let raw = Raw::connect(&b.tp.path);
-    raw.send(SET_VRING_ENABLE, &state(0, 1), &[ours.as_raw_fd()]);
-    drop(ours); // the port's copy is now the last: its close waits
+    let raw = b.queued_behind_another(|path| {
+        let raw = Raw::connect(path);
+        raw.send(SET_VRING_ENABLE, &state(0, 1), &[ours.as_raw_fd()]);
+        drop(ours); // the port's copy is now the last: its close waits
+        raw
+    });
     b.refused(
         "an early SET_VRING_ENABLE",
         raw,
@@ -547,14 +644,18 @@ fn a_frontend_whose_descriptors_never_close_is_refused_once_its_users_closers_ar
     };
     use std::os::unix::fs::MetadataExt;
     let me = Sender::uid(std::fs::metadata("/proc/self").unwrap().uid());
-    let b = Bench::new("hostile-closers", Duration::from_secs(5));
+    let mut b = Bench::new("hostile-closers", Duration::from_secs(5));
     let mut held = Vec::new();
-    for i in 0..MAX_CLOSERS {
+    for _ in 0..MAX_CLOSERS {
         let (ours, theirs) = lingering_socket().unwrap();
-        let mut raw = Raw::connect(&b.tp.path);
-        raw.send(GET_FEATURES, &[], &[ours.as_raw_fd()]);
-        drop(ours); // the port's copy is now the last: its close waits
-        let why = b.tp.wait_disconnects(i as u64 + 1);
+        let mut raw = b.queued_behind_another(|path| {
+            let raw = Raw::connect(path);
+            raw.send(GET_FEATURES, &[], &[ours.as_raw_fd()]);
+            drop(ours); // the port's copy is now the last: its close waits
+            raw
+        });
+        b.lost += 1;
+        let why = b.tp.wait_disconnects(b.lost);
         assert!(why.contains("descriptor 0 of a message"), "{why}");
         assert!(raw.closed());
         held.push(theirs);

@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memnic_shm::unix::{closers_busy, EventFd, Sender, SeqpacketConn};
+use memnic_shm::unix::{closers_busy, EventFd, SeqpacketConn};
 use memnic_shm::Region;
 
 use super::{Handshake, MemifError, MemifPort, Phase, Refusal, Session};
@@ -181,7 +181,7 @@ impl MemifPort {
     /// our descriptor table (see `dispose_from`). Remembers that user: we do not connect again
     /// while it is busy.
     fn busy_server(&mut self, conn: &SeqpacketConn) -> bool {
-        self.server = Sender::of(conn.as_fd());
+        self.server = conn.sender();
         closers_busy(self.server)
     }
 

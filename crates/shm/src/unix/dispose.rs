@@ -80,8 +80,8 @@ pub fn dispose_from(fd: OwnedFd, sender: Sender) {
 }
 
 /// Starts a closer thread for `sender` on `fd` (counted by the caller). One that cannot start
-/// leaves `fd` queued: the next look at the queues while no closer runs starts another
-/// ([`closes_waiting`], [`closers_busy`]).
+/// leaves `fd` queued: the next look at the queues ([`closes_waiting`], [`closers_busy`])
+/// starts another while none of that sender's runs.
 fn start_closer(fd: OwnedFd, sender: Sender) {
     // Handed over through a slot: a thread that cannot start must not close it here either.
     let slot = Arc::new(Mutex::new(Some(fd)));
@@ -240,23 +240,23 @@ impl Waiting {
         Some((fd, next))
     }
 
-    /// A descriptor queued while no closer runs (none could start), counted for the closer
-    /// the caller starts on it.
+    /// A descriptor queued for a sender none of whose closers runs though there is room for
+    /// one (none could start), counted for the closer the caller starts on it.
     fn take_stalled(&mut self) -> Option<(OwnedFd, Sender)> {
-        if self.closers > 0 {
-            return None;
-        }
-        let (sender, fd) = self
+        let sender = self
             .senders
-            .iter_mut()
-            .find_map(|(s, q)| q.queued.pop_front().map(|fd| (*s, fd)))?;
+            .iter()
+            .find(|(_, q)| q.closers == 0 && !q.queued.is_empty())
+            .map(|(s, _)| *s)
+            .filter(|s| self.has_room(*s))?;
+        let fd = self.senders.get_mut(&sender)?.queued.pop_front()?;
         self.count_closer(sender);
         Some((fd, sender))
     }
 }
 
-/// Starts a closer for descriptors queued while none runs (see [`start_closer`]); the caller
-/// looks at the queues after it.
+/// Starts a closer for a sender whose descriptors are queued while none of its closers runs
+/// (see [`start_closer`]); the caller looks at the queues after it.
 fn restart_stalled() {
     let stalled = lock_waiting().take_stalled();
     if let Some((fd, sender)) = stalled {
@@ -588,6 +588,58 @@ mod tests {
         drop(theirs);
         let since = std::time::Instant::now();
         while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!((closes_waiting(), closer_threads()), (0, 0));
+    }
+
+    /// While every closer thread is taken, a closer whose close returns takes the next
+    /// descriptor of the sender with the fewest closers, not its own sender's: the first of
+    /// four senders has 64 closes running and 8 queued, the others 64 running each, a fifth 8
+    /// queued; as 8 of the first sender's closes return, their threads go to the fifth.
+    #[test]
+    fn a_returning_closer_goes_to_the_sender_with_the_fewest() {
+        let senders: Vec<Sender> = (0..5).map(|i| Sender::uid(7000 + i)).collect();
+        let mut theirs: Vec<Vec<std::net::TcpStream>> = Vec::new();
+        for (i, &s) in senders.iter().enumerate() {
+            let n = match i {
+                0 => MAX_CLOSERS + 8,
+                4 => 8,
+                _ => MAX_CLOSERS,
+            };
+            let mut held = Vec::new();
+            for _ in 0..n {
+                let (ours, their) = lingering_socket().unwrap();
+                dispose_from(OwnedFd::from(ours), s);
+                held.push(their);
+            }
+            theirs.push(held);
+        }
+        let share = |s: &Sender| {
+            let w = lock_waiting();
+            let q = &w.senders[s];
+            (q.closers, q.queued.len())
+        };
+        assert_eq!(share(&senders[0]), (MAX_CLOSERS, 8));
+        assert_eq!(share(&senders[4]), (0, 8));
+        // The first sender's first 8 (running) closes return.
+        let first: Vec<_> = theirs[0].drain(..8).collect();
+        for r in first
+            .into_iter()
+            .map(|t| reads_to_the_end(t, Duration::from_secs(10)))
+            .collect::<Vec<_>>()
+        {
+            assert!(r.join().unwrap());
+        }
+        let since = std::time::Instant::now();
+        while share(&senders[4]).0 < 8 && since.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(share(&senders[4]), (8, 0), "the fifth sender's share");
+        assert_eq!(share(&senders[0]), (MAX_CLOSERS - 8, 8));
+        drop(theirs);
+        let since = std::time::Instant::now();
+        while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!((closes_waiting(), closer_threads()), (0, 0));

@@ -35,8 +35,9 @@ pub use dispose::{
 pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};
 pub use socket::{
-    close_connection, peek_with_fds, peer_cred, queued_bytes, take_fds, PeerCred, Received,
-    SeqpacketConn, SeqpacketListener, MAX_RECV_FDS, MAX_SEND_FDS, SCM_MAX_FD,
+    close_connection, close_listener, peek_with_fds, peer_cred, queued_bytes, send_out_of_band,
+    set_oob_inline, Peeked, PeerCred, Received, SeqpacketConn, SeqpacketListener, MAX_RECV_FDS,
+    MAX_SEND_FDS, SCM_MAX_FD,
 };
 
 use std::io;

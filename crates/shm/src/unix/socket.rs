@@ -59,8 +59,19 @@ fn seqpacket_socket(addr: &SocketAddrSpec) -> Result<OwnedFd> {
 /// replaced it meanwhile); [`SeqpacketListener::bind_replacing_stale`] removes a leftover one.
 #[derive(Debug)]
 pub struct SeqpacketListener {
-    fd: OwnedFd,
+    /// Closed by `Drop` ([`close_listener`]).
+    fd: ManuallyDrop<OwnedFd>,
     addr: SocketAddrSpec,
+}
+
+/// Connections still in the backlog may hold messages with a peer's descriptors: see
+/// [`close_listener`].
+impl Drop for SeqpacketListener {
+    fn drop(&mut self) {
+        // SAFETY: drop runs once, and nothing uses `self.fd` after it.
+        let fd = unsafe { ManuallyDrop::take(&mut self.fd) };
+        close_listener(fd);
+    }
 }
 
 impl SeqpacketListener {
@@ -94,7 +105,7 @@ impl SeqpacketListener {
             ));
         }
         Ok(SeqpacketListener {
-            fd,
+            fd: ManuallyDrop::new(fd),
             addr: addr.clone(),
         })
     }
@@ -139,9 +150,7 @@ impl SeqpacketListener {
                 )
             };
             if raw >= 0 {
-                return Ok(SeqpacketConn {
-                    fd: ManuallyDrop::new(owned(raw)),
-                });
+                return Ok(SeqpacketConn::new(owned(raw)));
             }
             let source = io::Error::last_os_error();
             match source.raw_os_error() {
@@ -237,6 +246,8 @@ pub struct SeqpacketConn {
     /// Closed by `Drop` ([`close_connection`]); taken out by `From<SeqpacketConn> for
     /// OwnedFd`.
     fd: ManuallyDrop<OwnedFd>,
+    /// The peer's user, as the kernel recorded it at connect (see [`Sender`]).
+    sender: Sender,
 }
 
 /// The messages still queued on a connection carry the peer's descriptors, and closing the
@@ -265,6 +276,86 @@ pub fn close_connection(sock: OwnedFd) {
     if holds_messages(sock.as_fd(), sender) {
         dispose_from(sock, sender);
     }
+}
+
+/// Closes `listener`, the last descriptor of a listening AF_UNIX socket, without waiting on a
+/// peer: connections still in its backlog may hold messages whose descriptors the kernel would
+/// release on the closing thread. It is shut first (a connect from then on is refused), then
+/// every connection left in its backlog is accepted and closed as [`close_connection`] does.
+pub fn close_listener(listener: OwnedFd) {
+    // SAFETY: shutdown takes no memory.
+    unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) };
+    if set_nonblocking_fd(listener.as_fd(), true, "a listener").is_err() {
+        return;
+    }
+    loop {
+        // SAFETY: accept4 on a live socket; null address pointers ask for no peer address.
+        let raw = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if raw >= 0 {
+            close_connection(owned(raw));
+            continue;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// Sends one out-of-band byte (MSG_OOB) on stream socket `fd` with `fds` attached, as a hostile
+/// peer can: a peek never sees it unless the receiver set SO_OOBINLINE
+/// ([`set_oob_inline`]). For tests.
+#[doc(hidden)]
+pub fn send_out_of_band(fd: BorrowedFd<'_>, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let byte = [b'!'];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_ptr() as *mut libc::c_void,
+        iov_len: 1,
+    };
+    // SAFETY: CMSG_SPACE is pure arithmetic on its argument.
+    let room = unsafe { libc::CMSG_SPACE((fds.len() * FD_BYTES) as libc::c_uint) } as usize;
+    let mut control = vec![0u64; room.div_ceil(size_of::<u64>())];
+    // SAFETY: msghdr is plain data; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = room as _;
+    // SAFETY: the control buffer is live, aligned and `room` bytes long, enough for one
+    // SCM_RIGHTS header and `fds.len()` descriptors (CMSG_SPACE above); CMSG_FIRSTHDR returns
+    // its start, and the writes stay inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN((fds.len() * FD_BYTES) as libc::c_uint) as _;
+        let data = libc::CMSG_DATA(c).cast::<libc::c_int>();
+        for (i, f) in fds.iter().enumerate() {
+            data.add(i).write_unaligned(f.as_raw_fd());
+        }
+    }
+    // SAFETY: `msg` points at the live `iov` (over the live `byte`) and `control`.
+    let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_OOB | libc::MSG_NOSIGNAL) };
+    match n {
+        1 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Keeps out-of-band bytes of stream socket `fd` in line (SO_OOBINLINE): a peer's MSG_OOB byte,
+/// and the descriptors attached to it, are then where peeks and reads see them, not in a place
+/// of their own that a peek skips and a plain read drops (releasing its descriptors on the
+/// reading thread).
+pub fn set_oob_inline(fd: BorrowedFd<'_>) -> Result<()> {
+    super::set_socket_option(fd, libc::SO_OOBINLINE, 1i32)
+        .map_err(|e| os_err("keep out-of-band data in line on", "a socket", e))
 }
 
 /// Whether connected socket `fd`, shut for reading, still holds a message or bytes: anything
@@ -302,6 +393,19 @@ const STAMP_CONTROL_LEN: usize =
     unsafe { libc::CMSG_SPACE(size_of::<libc::timeval>() as libc::c_uint) as usize };
 
 impl SeqpacketConn {
+    fn new(fd: OwnedFd) -> SeqpacketConn {
+        SeqpacketConn {
+            sender: Sender::of(fd.as_fd()),
+            fd: ManuallyDrop::new(fd),
+        }
+    }
+
+    /// Who the peer is, for the closes of the descriptors it sends ([`Sender::of`], read once
+    /// when the connection was made).
+    pub fn sender(&self) -> Sender {
+        self.sender
+    }
+
     /// Connects to a listener at `addr` (blocking). No listener there gives
     /// [`ShmError::NoListener`], so a client can retry until the server appears.
     pub fn connect(addr: &SocketAddrSpec) -> Result<SeqpacketConn> {
@@ -317,9 +421,7 @@ impl SeqpacketConn {
                 )
             };
             if rc == 0 {
-                return Ok(SeqpacketConn {
-                    fd: ManuallyDrop::new(fd),
-                });
+                return Ok(SeqpacketConn::new(fd));
             }
             let source = io::Error::last_os_error();
             return Err(match source.raw_os_error() {
@@ -352,12 +454,8 @@ impl SeqpacketConn {
             ));
         }
         Ok((
-            SeqpacketConn {
-                fd: ManuallyDrop::new(owned(raw[0])),
-            },
-            SeqpacketConn {
-                fd: ManuallyDrop::new(owned(raw[1])),
-            },
+            SeqpacketConn::new(owned(raw[0])),
+            SeqpacketConn::new(owned(raw[1])),
         ))
     }
 
@@ -468,10 +566,7 @@ impl SeqpacketConn {
             }
         };
         let mut truncated = flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
-        let sender = match fds.is_empty() {
-            true => Sender::UNKNOWN,
-            false => Sender::of(self.fd.as_fd()),
-        };
+        let sender = self.sender;
         // Past the bound (the buffer takes every descriptor a message can carry): disposed of
         // here, so the bound holds exactly.
         if fds.len() > MAX_RECV_FDS {
@@ -593,20 +688,44 @@ fn recv_with_fds(
     Ok((n as usize, fds, msg.msg_flags, stamped))
 }
 
-/// Up to `len` bytes at the head of stream socket `fd`'s queue and the descriptors attached to
-/// them, up to `max`, without taking them (MSG_PEEK, never waiting: the kernel installs copies,
-/// owned here): how many bytes the peek saw, and the descriptors. A stream read ends after the
-/// first stretch of bytes that carries descriptors, so fewer than `len` bytes while
-/// [`queued_bytes`] holds `len` or more means descriptors came with bytes past that stretch.
-/// Nothing queued: none.
-pub fn peek_with_fds(fd: BorrowedFd<'_>, len: usize, max: usize) -> Result<(usize, Vec<OwnedFd>)> {
-    stream_recv_fds(fd, len, max, libc::MSG_PEEK, "peek at")
+/// What [`peek_with_fds`] saw: how many bytes, the copies of the descriptors attached to them
+/// (owned here), and whether the kernel cut descriptors off (MSG_CTRUNC: more than the room
+/// asked for, or our descriptor table full), so that `fds` is not all there is.
+#[derive(Debug)]
+pub struct Peeked {
+    pub len: usize,
+    pub fds: Vec<OwnedFd>,
+    pub cut: bool,
 }
 
-/// Takes `len` bytes (at most) at the head of stream socket `fd`'s queue and the descriptors
-/// attached to them, up to `max`, never waiting: the bytes are dropped, the descriptors owned.
-pub fn take_fds(fd: BorrowedFd<'_>, len: usize, max: usize) -> Result<Vec<OwnedFd>> {
-    stream_recv_fds(fd, len, max, 0, "receive from").map(|(_, fds)| fds)
+/// Up to `len` bytes at the head of stream socket `fd`'s queue and the descriptors attached to
+/// them, up to `max`, without taking them (MSG_PEEK, never waiting: the kernel installs copies;
+/// those it cannot are released, never the last reference, since the queue keeps its own). A
+/// stream read ends after the first stretch of bytes that carries descriptors, so fewer than
+/// `len` bytes while [`queued_bytes`] holds `len` or more means descriptors came with bytes
+/// past that stretch. Nothing queued: nothing seen.
+pub fn peek_with_fds(fd: BorrowedFd<'_>, len: usize, max: usize) -> Result<Peeked> {
+    // SAFETY: CMSG_SPACE is pure arithmetic on its argument.
+    let room = unsafe { libc::CMSG_SPACE((max * FD_BYTES) as libc::c_uint) } as usize;
+    let mut control = vec![0u64; room.div_ceil(size_of::<u64>())];
+    let mut buf = vec![0u8; len.max(1)];
+    let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
+    loop {
+        return match recv_with_fds(fd, &mut buf, flags, &mut control) {
+            Ok((len, fds, got, _)) => Ok(Peeked {
+                len,
+                fds,
+                cut: got & libc::MSG_CTRUNC != 0,
+            }),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(Peeked {
+                len: 0,
+                fds: Vec::new(),
+                cut: false,
+            }),
+            Err(e) => Err(os_err("peek at", "a socket", e)),
+        };
+    }
 }
 
 /// How many bytes wait in stream socket `fd`'s receive queue (FIONREAD).
@@ -622,28 +741,6 @@ pub fn queued_bytes(fd: BorrowedFd<'_>) -> Result<usize> {
         ));
     }
     Ok(n.max(0) as usize)
-}
-
-fn stream_recv_fds(
-    fd: BorrowedFd<'_>,
-    len: usize,
-    max: usize,
-    flags: libc::c_int,
-    op: &'static str,
-) -> Result<(usize, Vec<OwnedFd>)> {
-    // SAFETY: CMSG_SPACE is pure arithmetic on its argument.
-    let room = unsafe { libc::CMSG_SPACE((max * FD_BYTES) as libc::c_uint) } as usize;
-    let mut control = vec![0u64; room.div_ceil(size_of::<u64>())];
-    let mut buf = vec![0u8; len.max(1)];
-    let flags = flags | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
-    loop {
-        match recv_with_fds(fd, &mut buf, flags, &mut control) {
-            Ok((n, fds, _, _)) => return Ok((n, fds)),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok((0, Vec::new())),
-            Err(e) => return Err(os_err(op, "a socket", e)),
-        }
-    }
 }
 
 impl AsFd for SeqpacketConn {
@@ -719,6 +816,34 @@ mod tests {
             "nothing queued: closed here"
         );
         assert!(matches!(a.recv(&mut buf).map(|r| r.is_eof()), Ok(true)));
+    }
+
+    /// Dropping a listener whose backlog holds a connection with a socket the peer set
+    /// SO_LINGER on returns at once: the listener is shut (a later connect is refused) and
+    /// the connection left in the backlog goes whole to a closer thread.
+    #[test]
+    fn a_dropped_listener_closes_its_backlog_elsewhere() {
+        let addr = temp_path("backlog");
+        let l = SeqpacketListener::bind(&addr).unwrap();
+        let c = SeqpacketConn::connect(&addr).unwrap();
+        let (ours, theirs) = crate::unix::lingering_socket().unwrap();
+        c.send(b"x", &[ours.as_fd()]).unwrap();
+        drop(ours); // the copy in the backlog's queue is the last
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(l);
+            tx.send(()).unwrap();
+        });
+        let returned = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+        let waiting = crate::unix::closes_waiting();
+        drop(theirs);
+        assert!(returned, "the drop returned at once");
+        assert_eq!(waiting, 1, "the connection waits to close, whole");
+        let mut buf = [0u8; 8];
+        assert!(matches!(c.recv(&mut buf).map(|r| r.is_eof()), Ok(true)));
+        if let SocketAddrSpec::Path(p) = &addr {
+            let _ = std::fs::remove_file(p);
+        }
     }
 
     fn temp_path(tag: &str) -> SocketAddrSpec {
