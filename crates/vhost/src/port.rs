@@ -631,10 +631,10 @@ fn screen_fds(sock: &UnixStream, peer: Frontend, timeout: Duration) -> Result<()
         let mut look = [PollFd::readable(sock.as_fd())];
         let ended =
             poll(&mut look, Some(Duration::ZERO)).map_err(err)? > 0 && look[0].ready().hangup;
-        if queued == 0 {
-            return Ok(()); // nothing yet, or the end of the stream: rust-vmm reads it
+        if queued == 0 && ended {
+            return Ok(()); // the end of the stream: rust-vmm reads it
         }
-        if want == 12 {
+        if want == 12 && queued >= 12 {
             let mut h = [0u8; 12];
             if peek(sock.as_fd(), &mut h).map_err(err)? == 12 {
                 body_deadline = Instant::now() + BODY_WAIT;
