@@ -226,9 +226,9 @@ pub struct Received {
     /// with `dispose_from` when this is dropped, as the peer's ([`Sender::of`] the socket).
     pub fds: PeerFds,
     /// The kernel cut the message (MSG_TRUNC: longer than the buffer) or its descriptors
-    /// (MSG_CTRUNC), or more than [`MAX_RECV_FDS`] descriptors came (the surplus is already
-    /// closed).
-    /// A truncated message must be rejected.
+    /// (MSG_CTRUNC: our table full; the message is then left queued), or more than
+    /// [`MAX_RECV_FDS`] descriptors came (the surplus is already disposed of).
+    /// A truncated message must be rejected, and its connection dropped.
     pub truncated: bool,
 }
 
@@ -282,10 +282,13 @@ pub fn close_connection(sock: OwnedFd) {
 /// peer: connections still in its backlog may hold messages whose descriptors the kernel would
 /// release on the closing thread. It is shut first (a connect from then on is refused), then
 /// every connection left in its backlog is accepted and closed as [`close_connection`] does.
+/// One whose backlog cannot be taken (no room in our table) goes whole to a closer thread.
 pub fn close_listener(listener: OwnedFd) {
     // SAFETY: shutdown takes no memory.
     unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) };
     if set_nonblocking_fd(listener.as_fd(), true, "a listener").is_err() {
+        // Its backlog cannot be taken here: closed elsewhere, whole.
+        dispose_from(listener, Sender::UNKNOWN);
         return;
     }
     loop {
@@ -304,7 +307,12 @@ pub fn close_listener(listener: OwnedFd) {
         }
         match io::Error::last_os_error().raw_os_error() {
             Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
-            _ => return,
+            Some(libc::EAGAIN) => return, // the backlog is empty: closed here
+            // No room to take the backlog (EMFILE and the like): closed elsewhere, whole.
+            _ => {
+                dispose_from(listener, Sender::UNKNOWN);
+                return;
+            }
         }
     }
 }
@@ -538,11 +546,20 @@ impl SeqpacketConn {
     /// are owned by the result from the start (close-on-exec), whatever the caller then decides;
     /// other control messages (credentials) are skipped. On a nonblocking socket with nothing
     /// queued, [`ShmError::WouldBlock`].
+    ///
+    /// The message is looked at first (MSG_PEEK), which installs copies of its descriptors:
+    /// those our table cannot take the kernel releases while the queued message still holds
+    /// them, so never the last reference. Then it is taken with no room for descriptors, and
+    /// the kernel releases the originals inside that read while ours are held. A look that
+    /// could not install them all (our table full: MSG_CTRUNC) leaves the message queued and
+    /// reports it truncated (the caller drops the connection, which closes it whole:
+    /// [`close_connection`]).
     pub fn recv(&self, buf: &mut [u8]) -> Result<Received> {
         let mut control = [0u64; RECV_CONTROL_LEN.div_ceil(size_of::<u64>())];
         let mut reset_seen = false;
+        let look = libc::MSG_PEEK | libc::MSG_CMSG_CLOEXEC;
         let (n, mut fds, flags) = loop {
-            match recv_with_fds(self.fd.as_fd(), buf, libc::MSG_CMSG_CLOEXEC, &mut control) {
+            match recv_with_fds(self.fd.as_fd(), buf, look, &mut control) {
                 Ok((n, fds, flags, _)) => break (n, fds, flags),
                 Err(source) => match source.raw_os_error() {
                     Some(libc::EINTR) => continue,
@@ -565,8 +582,29 @@ impl SeqpacketConn {
                 },
             }
         };
-        let mut truncated = flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
         let sender = self.sender;
+        let cut = flags & libc::MSG_CTRUNC != 0;
+        if !cut {
+            // Taken (the end of the stream takes nothing): a byte of room is enough, the
+            // rest of a SEQPACKET message goes with it.
+            let mut rest = [0u8; 1];
+            let take = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
+            loop {
+                match recv_with_fds(self.fd.as_fd(), &mut rest, take, &mut []) {
+                    Ok((_, more, _, _)) => {
+                        // No room was given: nothing can have been installed.
+                        more.into_iter().for_each(|f| dispose_from(f, sender));
+                        break;
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(e) => {
+                        fds.into_iter().for_each(|f| dispose_from(f, sender));
+                        return Err(os_err("receive a message on", "a SEQPACKET socket", e));
+                    }
+                }
+            }
+        }
+        let mut truncated = cut || flags & libc::MSG_TRUNC != 0;
         // Past the bound (the buffer takes every descriptor a message can carry): disposed of
         // here, so the bound holds exactly.
         if fds.len() > MAX_RECV_FDS {
@@ -841,6 +879,66 @@ mod tests {
         assert_eq!(waiting, 1, "the connection waits to close, whole");
         let mut buf = [0u8; 8];
         assert!(matches!(c.recv(&mut buf).map(|r| r.is_eof()), Ok(true)));
+        if let SocketAddrSpec::Path(p) = &addr {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Every free slot of our descriptor table taken (files of /dev/null), until dropped.
+    fn plug_the_table() -> Vec<std::fs::File> {
+        std::iter::from_fn(|| std::fs::File::open("/dev/null").ok()).collect()
+    }
+
+    /// Runs `f` on another thread: whether it returned within 5 s.
+    fn returns_at_once(f: impl FnOnce() + Send + 'static) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(5)).is_ok()
+    }
+
+    /// Our table full when a message with a socket the peer set SO_LINGER on is received: the
+    /// look installs no copy, the message is reported truncated and left queued (the kernel
+    /// released nothing on this thread), and dropping the connection closes it whole
+    /// elsewhere. A listener whose backlog holds such a message, dropped with our table full,
+    /// goes whole to a closer too.
+    #[test]
+    fn at_a_full_table_nothing_a_peer_sent_is_released_here() {
+        let (a, b) = SeqpacketConn::pair().unwrap();
+        let (ours, theirs) = crate::unix::lingering_socket().unwrap();
+        a.send(b"x", &[ours.as_fd()]).unwrap();
+        drop(ours); // the copy in `b`'s queue is the last
+        let addr = temp_path("full-table");
+        let l = SeqpacketListener::bind(&addr).unwrap();
+        let c = SeqpacketConn::connect(&addr).unwrap();
+        let (ours2, theirs2) = crate::unix::lingering_socket().unwrap();
+        c.send(b"y", &[ours2.as_fd()]).unwrap();
+        drop(ours2);
+
+        let plug = plug_the_table();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let received = returns_at_once(move || {
+            let mut buf = [0u8; 8];
+            let r = b.recv(&mut buf).map(|r| (r.truncated, r.fds.len()));
+            tx.send((r, b)).unwrap();
+        });
+        let dropped = returns_at_once(move || drop(l));
+        drop(plug);
+        let (got, b) = rx.recv().unwrap();
+        let dropped_conn = returns_at_once(move || drop(b));
+        let waiting = crate::unix::closes_waiting();
+        drop((theirs, theirs2));
+        assert!(received, "the receive returned at once");
+        assert!(matches!(got, Ok((true, 0))), "{got:?}");
+        assert!(dropped, "the listener's drop returned at once");
+        assert!(dropped_conn, "the connection's drop returned at once");
+        assert_eq!(
+            waiting, 2,
+            "the listener and the connection wait to close, whole"
+        );
+        drop((a, c));
         if let SocketAddrSpec::Path(p) = &addr {
             let _ = std::fs::remove_file(p);
         }
