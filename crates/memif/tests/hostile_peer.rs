@@ -17,7 +17,7 @@ use memnic_memif::ring::{ring_bytes, Desc, Regions, Ring};
 use memnic_memif::{MemifConfig, MemifPort, Role, CLOSERS_BUSY, GREETINGS_BUSY, PEER_JAMMED};
 use memnic_pktbuf::{Mempool, PoolConfig};
 use memnic_shm::unix::{
-    closers_busy, closes_waiting, closes_waiting_from, lingering_socket, on_a_thread_as_uid,
+    closers_busy, closes_done_within, closes_waiting_from, lingering_socket, on_a_thread_as_uid,
     EventFd, Sender, SeqpacketConn, SocketAddrSpec, MAX_CLOSERS,
 };
 use memnic_shm::Region;
@@ -397,11 +397,10 @@ fn a_client_whose_descriptors_never_close_is_refused_once_its_users_closers_are_
     drop(other);
 
     drop(held); // the peer lets go: every close returns
-    let since = Instant::now();
-    while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(closes_waiting(), 0, "every refused descriptor was closed");
+    assert!(
+        closes_done_within(Duration::from_secs(5)),
+        "every refused descriptor was closed"
+    );
     assert!(!closers_busy(me));
     let ev = EventFd::new().unwrap();
     let _f = connect_good(&srv.sock, &region(1 << 16), &ev);
@@ -469,11 +468,7 @@ fn a_busy_users_message_is_refused_unread() {
     f.send(&init.encode(), &fds);
     f.expect_disconnect(CLOSERS_BUSY);
     drop(held);
-    let since = Instant::now();
-    while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(closes_waiting(), 0);
+    assert!(closes_done_within(Duration::from_secs(5)));
 }
 
 /// A region or interrupt descriptor we refuse (a socket whose close waits on its peer) is
@@ -515,11 +510,7 @@ fn a_refused_region_or_interrupt_descriptor_counts_against_its_sender() {
     assert_eq!(closes_waiting_from(sender), 2);
     assert_eq!(closes_waiting_from(Sender::UNKNOWN), 0);
     drop(held);
-    let since = Instant::now();
-    while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(closes_waiting(), 0);
+    assert!(closes_done_within(Duration::from_secs(5)));
 }
 
 /// A message with more descriptors than we take (16 eventfds, then a socket whose close

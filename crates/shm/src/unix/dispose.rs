@@ -148,6 +148,19 @@ pub fn closes_waiting() -> usize {
     lock_waiting().waiting()
 }
 
+/// Waits up to `limit` for every close of every sender to be done: whether they are
+/// ([`closes_waiting`] at 0 by then).
+pub fn closes_done_within(limit: std::time::Duration) -> bool {
+    let since = std::time::Instant::now();
+    while closes_waiting() > 0 {
+        if since.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
 /// How many descriptors `sender` sent us are not closed yet (see [`closes_waiting`]).
 pub fn closes_waiting_from(sender: Sender) -> usize {
     restart_stalled();
@@ -156,7 +169,7 @@ pub fn closes_waiting_from(sender: Sender) -> usize {
 
 /// How many closer threads run now (at most [`MAX_CLOSERS_IN_ALL`]).
 pub fn closer_threads() -> usize {
-    lock_waiting().closers
+    lock_waiting().closers()
 }
 
 /// Whether `sender` has [`MAX_CLOSERS`] or more closes waiting, counting those of
@@ -184,10 +197,14 @@ struct Queue {
 /// and the closer threads running in all.
 struct Waiting {
     senders: BTreeMap<Sender, Queue>,
-    closers: usize,
 }
 
 impl Waiting {
+    /// Closer threads running, all senders together.
+    fn closers(&self) -> usize {
+        self.senders.values().map(|q| q.closers).sum()
+    }
+
     fn waiting(&self) -> usize {
         self.senders
             .values()
@@ -203,17 +220,15 @@ impl Waiting {
 
     /// Whether one more closer may run for `sender`.
     fn has_room(&self, sender: Sender) -> bool {
-        self.closers < MAX_CLOSERS_IN_ALL
+        self.closers() < MAX_CLOSERS_IN_ALL
             && self.senders.get(&sender).map_or(0, |q| q.closers) < MAX_CLOSERS
     }
 
     fn count_closer(&mut self, sender: Sender) {
-        self.closers += 1;
         self.senders.entry(sender).or_default().closers += 1;
     }
 
     fn uncount_closer(&mut self, sender: Sender) {
-        self.closers -= 1;
         if let Some(q) = self.senders.get_mut(&sender) {
             q.closers -= 1;
             if q.closers == 0 && q.queued.is_empty() {
@@ -266,7 +281,6 @@ fn restart_stalled() {
 
 static WAITING: Mutex<Waiting> = Mutex::new(Waiting {
     senders: BTreeMap::new(),
-    closers: 0,
 });
 
 fn lock_waiting() -> std::sync::MutexGuard<'static, Waiting> {
@@ -428,6 +442,20 @@ mod tests {
         })
     }
 
+    /// Has each of `theirs` read what its peer sent, at once (a thread each): how many read
+    /// to the end of the stream (their peer's end closed) within `within`.
+    fn all_read_to_the_end(theirs: Vec<std::net::TcpStream>, within: Duration) -> usize {
+        let readers: Vec<_> = theirs
+            .into_iter()
+            .map(|t| reads_to_the_end(t, within))
+            .collect();
+        readers
+            .into_iter()
+            .filter_map(|r| r.join().ok())
+            .filter(|&e| e)
+            .count()
+    }
+
     /// Waits up to 5 s for `sender`'s closes to be done.
     fn wait_closed(sender: Sender) {
         let since = std::time::Instant::now();
@@ -476,14 +504,7 @@ mod tests {
 
         // Each of our ends is closed once its peer has read what it sent: then the peer reads
         // the end of the stream.
-        let ended = theirs
-            .into_iter()
-            .map(|t| reads_to_the_end(t, Duration::from_secs(20)))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .filter_map(|r| r.join().ok())
-            .filter(|&e| e)
-            .count();
+        let ended = all_read_to_the_end(theirs, Duration::from_secs(20));
         assert_eq!(
             ended,
             MAX_CLOSERS + surplus,
@@ -558,15 +579,7 @@ mod tests {
 
         // The first sender's peers read to the end: its closes return, and its threads take
         // the fifth sender's queue.
-        let first = theirs.remove(0);
-        let ended = first
-            .into_iter()
-            .map(|t| reads_to_the_end(t, Duration::from_secs(10)))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .filter_map(|r| r.join().ok())
-            .filter(|&e| e)
-            .count();
+        let ended = all_read_to_the_end(theirs.remove(0), Duration::from_secs(10));
         assert_eq!(ended, MAX_CLOSERS);
         wait_closed(senders[0]);
         assert_eq!(closes_waiting_from(senders[0]), 0);
@@ -586,11 +599,8 @@ mod tests {
         }
         assert_eq!(closer_threads(), MAX_CLOSERS_IN_ALL);
         drop(theirs);
-        let since = std::time::Instant::now();
-        while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!((closes_waiting(), closer_threads()), (0, 0));
+        assert!(closes_done_within(Duration::from_secs(5)));
+        assert_eq!(closer_threads(), 0);
     }
 
     /// While every closer thread is taken, a closer whose close returns takes the next
@@ -624,13 +634,7 @@ mod tests {
         assert_eq!(share(&senders[4]), (0, 8));
         // The first sender's first 8 (running) closes return.
         let first: Vec<_> = theirs[0].drain(..8).collect();
-        for r in first
-            .into_iter()
-            .map(|t| reads_to_the_end(t, Duration::from_secs(10)))
-            .collect::<Vec<_>>()
-        {
-            assert!(r.join().unwrap());
-        }
+        assert_eq!(all_read_to_the_end(first, Duration::from_secs(10)), 8);
         let since = std::time::Instant::now();
         while share(&senders[4]).0 < 8 && since.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(10));
@@ -638,11 +642,8 @@ mod tests {
         assert_eq!(share(&senders[4]), (8, 0), "the fifth sender's share");
         assert_eq!(share(&senders[0]), (MAX_CLOSERS - 8, 8));
         drop(theirs);
-        let since = std::time::Instant::now();
-        while closes_waiting() > 0 && since.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!((closes_waiting(), closer_threads()), (0, 0));
+        assert!(closes_done_within(Duration::from_secs(10)));
+        assert_eq!(closer_threads(), 0);
     }
 
     /// Closes whose sender is not known count against every sender: a path that forgets whose

@@ -28,9 +28,9 @@ mod socket;
 
 pub use addr::SocketAddrSpec;
 pub use dispose::{
-    closer_threads, closers_busy, closes_waiting, closes_waiting_from, closes_without_a_server,
-    dispose, dispose_from, lingering_socket, max_waiting, on_a_thread_as_uid, PeerFds, Sender,
-    MAX_CLOSERS, MAX_CLOSERS_IN_ALL,
+    closer_threads, closers_busy, closes_done_within, closes_waiting, closes_waiting_from,
+    closes_without_a_server, dispose, dispose_from, lingering_socket, max_waiting,
+    on_a_thread_as_uid, PeerFds, Sender, MAX_CLOSERS, MAX_CLOSERS_IN_ALL,
 };
 pub use eventfd::{BlockedNotify, EventFd};
 pub use poll::{poll, PollFd, Ready};
