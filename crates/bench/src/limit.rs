@@ -20,11 +20,11 @@
 //!   slot's lines was level (two copies 512 B 1.02, 1518 B 1.03) and lost with one copy
 //!   (1518 B 0.68): it does not.
 //! * With two copies, frames of up to 128 B go into their slots with streaming stores and one
-//!   store fence before the index, as our memif tx writes them (`STREAM_MAX` there, with its
-//!   A/B): a ceiling has to use what the pairs use. Their slots are not asked for ahead (a
-//!   streaming store fetches no line; asking pulled them over from the consumer for nothing):
-//!   128 B 1.54/1.77/2.02 (flip, not asked/asked p20/p50/p80; 18.2 -> 33.7 Mpps), as memif's
-//!   tx (`streams` there).
+//!   store fence before the index while a `StreamTuner` finds that this moves more frames, as
+//!   our memif tx writes them (`STREAM_MAX` there, with its A/B): a ceiling has to use what
+//!   the pairs use. Streamed slots are not asked for ahead (a streaming store fetches no line;
+//!   asking pulled them over from the consumer for nothing): 128 B 1.54/1.77/2.02 (flip, not
+//!   asked/asked p20/p50/p80; 18.2 -> 33.7 Mpps), as memif's tx (`streams` there).
 //! * Two copies (`copies = 2`: memif copy mode, MEMNIC, memnic-tester): the producer copies the
 //!   whole frame from a private buffer into the slot and the consumer copies it out into
 //!   another. One copy (`copies = 1`: vhost, where the frontend writes only the frame's headers
@@ -33,7 +33,7 @@
 //! * MEMNIC's own ring ([`Shape::MemnicSlots`], the limit of MEMNIC's pairs and the tester's):
 //!   1024 slots of 4 KiB, each handed over through its status word with the PMD's own steps
 //!   (`memnic_pmd::slot`): claimed when FREE, written (up to 128 B streamed past the first
-//!   line), published FILLED; the consumer takes the run of FILLED slots, asks for each
+//!   line while that pays, as the PMD's tx tunes it), published FILLED; the consumer takes the run of FILLED slots, asks for each
 //!   frame's second line, copies them out and hands them back FREE, and after an empty poll
 //!   that followed a run holds off as the PMD's rx does. It shows what the wire format costs against the index
 //!   ring: every frame's handshake is a line of its own that both sides write.
@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memnic_ethdev::flush::FlushTuner;
+use memnic_ethdev::stream::{StreamMode, StreamTuner};
 use memnic_pmd::layout::{MAX_PACKET_SIZE, NR_PACKET, SLOT_DATA, SLOT_LEN, SLOT_STATUS};
 use memnic_pmd::slot;
 use memnic_shm::Region;
@@ -75,7 +76,8 @@ const STAMP_EVERY: Duration = Duration::from_secs(1);
 /// A cache line.
 const LINE: usize = 64;
 /// The longest frame the producer writes with streaming stores (one store fence before it
-/// publishes), as memif's tx and the vhost split ring's enqueue do up to 128 B.
+/// publishes) while its tuner streams, as memif's tx and the vhost split ring's enqueue do up
+/// to 128 B.
 const STREAM_MAX: usize = 128;
 /// The largest frame the probe moves.
 pub const MAX_FRAME: usize = 16384;
@@ -169,13 +171,13 @@ fn probe<T>(
     // One copy: the producer writes the frame's first line only (its headers).
     let written = if copies >= 2 { size } else { size.min(LINE) };
     // One copy models virtio-user's header writes, which are plain stores.
-    let stream = copies >= 2 && written <= STREAM_MAX;
+    let streamable = copies >= 2 && written <= STREAM_MAX;
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Vec<Arc<AtomicU64>> = cpus.iter().map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut rings = Vec::new();
     let mut started = Ok(());
     for (&pair, count) in cpus.iter().zip(&counts) {
-        match start_ring(pair, shape, slot, written, stream, size, &stop, count) {
+        match start_ring(pair, shape, slot, written, streamable, size, &stop, count) {
             Ok(r) => rings.push(r),
             Err(e) => {
                 started = Err(e);
@@ -209,7 +211,7 @@ fn start_ring(
     shape: Shape,
     slot: usize,
     written: usize,
-    stream: bool,
+    streamable: bool,
     size: usize,
     stop: &Arc<AtomicBool>,
     count: &Arc<AtomicU64>,
@@ -227,7 +229,7 @@ fn start_ring(
             .spawn(move || -> Result<(), String> {
                 memnic_shm::cpu::pin_current_thread(cpus.1).map_err(|e| e.to_string())?;
                 match shape {
-                    Shape::Indices => produce(&ring, slot, &stop, written, stream),
+                    Shape::Indices => produce(&ring, slot, &stop, written, streamable),
                     Shape::MemnicSlots => produce_slots(&ring, &stop, written),
                 }
                 Ok(())
@@ -258,21 +260,25 @@ fn start_ring(
     }
 }
 
-/// The producer: bursts of `written`-byte frames into free slots.
-fn produce(ring: &Region, slot: usize, stop: &AtomicBool, written: usize, stream: bool) {
+/// The producer: bursts of `written`-byte frames into free slots, with streaming stores while
+/// they are `streamable` and a `StreamTuner` finds that this moves more frames.
+fn produce(ring: &Region, slot: usize, stop: &AtomicBool, written: usize, streamable: bool) {
     let frame: Vec<u8> = (0..slot).map(|i| i as u8).collect();
     let (mut head, mut tail) = (0u64, 0u64);
     let room = (SLOTS - BURST) as u64;
+    let mut tuner = stream_tuner(streamable);
     while !stop.load(Relaxed) {
         if head - tail > room {
             // Acquire: pairs with the consumer's Release of its index; the slots it freed were
             // read before.
             tail = ring.u64(TAIL).load(Acquire);
             if head - tail > room {
+                tuner.polled(0, 0);
                 std::hint::spin_loop();
                 continue;
             }
         }
+        let stream = tuner.on();
         for i in 0..BURST as u64 {
             let at = DATA + ((head + i) as usize % SLOTS) * slot;
             if !stream && written > LINE && i + 1 < BURST as u64 {
@@ -292,9 +298,20 @@ fn produce(ring: &Region, slot: usize, stop: &AtomicBool, written: usize, stream
         if stream {
             memnic_shm::store_fence();
         }
+        tuner.polled(BURST as u16, 0);
         // Release: pairs with the consumer's Acquire; the burst's frames come first.
         ring.u64(HEAD).store(head, Release);
     }
+}
+
+/// A producer's choice whether to stream (`memnic_ethdev::stream`): tried while traffic runs
+/// for frames that may stream, never for the others.
+fn stream_tuner(streamable: bool) -> StreamTuner {
+    StreamTuner::new(if streamable {
+        StreamMode::Auto
+    } else {
+        StreamMode::Off
+    })
 }
 
 /// The consumer: copies each frame out; returns the frames it took and the sum of their last
@@ -348,14 +365,16 @@ fn consume(
 /// The MEMNIC-shaped producer: bursts of `written`-byte frames into the slots of a MEMNIC ring
 /// (`NR_PACKET` slots of 4 KiB: status, length, data), each slot claimed by seeing it FREE and
 /// published FILLED, as the `memnic` PMD's single-producer tx does (`slot` steps, frames of up
-/// to 128 B written past the slot's first line with streaming stores and fenced per burst,
-/// longer ones with plain stores while the next slot's lines are asked for).
+/// to 128 B written past the slot's first line with streaming stores and fenced per burst
+/// while a `StreamTuner` finds that this pays, others with plain stores while the next slot's
+/// lines are asked for).
 fn produce_slots(ring: &Region, stop: &AtomicBool, written: usize) {
     let frame: Vec<u8> = (0..MAX_PACKET_SIZE).map(|i| i as u8).collect();
-    let stream = written <= STREAM_MAX;
+    let mut tuner = stream_tuner(written <= STREAM_MAX);
     let mut idx = 0usize;
     let mut filled = [0usize; BURST];
     while !stop.load(Relaxed) {
+        let stream = tuner.on();
         let mut n = 0;
         while n < BURST {
             let at = DATA + idx * MAX_PACKET_SIZE;
@@ -399,6 +418,7 @@ fn produce_slots(ring: &Region, stop: &AtomicBool, written: usize) {
                 slot::publish(ring.u32(at + SLOT_STATUS));
             }
         }
+        tuner.polled(n as u16, 0);
         if n == 0 {
             std::hint::spin_loop();
         }

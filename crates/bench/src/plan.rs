@@ -107,6 +107,10 @@ pub struct Common {
     /// per pair per round
     #[arg(long)]
     pub interleave: bool,
+    /// Devargs added to every port of ours, `KEY=VALUE,...` (for example `tx-stream=off`, to
+    /// compare a setting with its default run by run)
+    #[arg(long)]
+    pub devargs: Option<String>,
 }
 
 fn parse_variant(s: &str) -> Result<Variant, String> {
@@ -279,6 +283,8 @@ pub struct Plan {
     pub json: bool,
     pub svg: Option<PathBuf>,
     pub quiet: bool,
+    /// `--devargs`: added to every port of ours.
+    pub devargs: Option<String>,
 }
 
 impl Plan {
@@ -382,6 +388,9 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     }
     if common.interleave && bench == "tester" {
         return Err("--interleave keeps pairs of processes at their prompts; the tester runs in this process and its variants already alternate 2-s trials".into());
+    }
+    if common.devargs.is_some() && bench == "tester" {
+        return Err("--devargs goes on the ports of our testpmd; the tester runs its variants in this process, with no devargs".into());
     }
     if common.interleave && per_pair {
         return Err("--interleave measures one queue pair: leave out --queues".into());
@@ -639,6 +648,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
         json: common.json,
         svg: common.svg.clone(),
         quiet: common.quiet,
+        devargs: common.devargs.clone(),
     })
 }
 
@@ -703,7 +713,7 @@ fn sides(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
 
@@ -713,7 +723,7 @@ mod tests {
         args: Args,
     }
 
-    fn plan_of(line: &str) -> Result<Plan, String> {
+    pub(crate) fn plan_of(line: &str) -> Result<Plan, String> {
         let cli = Cli::try_parse_from(std::iter::once("bench").chain(line.split_whitespace()))
             .map_err(|e| e.to_string())?;
         plan(cli.args, &[0, 1, 2])
@@ -767,6 +777,10 @@ mod tests {
         assert!(!plan_of("memif").unwrap().interleave);
         let e = plan_of("tester --interleave").unwrap_err();
         assert!(e.starts_with("--interleave") && e.contains("tester"), "{e}");
+        let e = plan_of("tester --devargs tx_stream=off").unwrap_err();
+        assert!(e.starts_with("--devargs") && e.contains("tester"), "{e}");
+        let p = plan_of("memnic --devargs tx_stream=off").unwrap();
+        assert_eq!(p.devargs.as_deref(), Some("tx_stream=off"));
         let e = plan_of("memnic --queues 1,2 --interleave").unwrap_err();
         assert!(e.contains("--queues"), "{e}");
         assert!(plan_of("vhost --interleave --rings packed").is_ok());

@@ -462,6 +462,7 @@ mod tests {
             json: false,
             svg: None,
             quiet: true,
+            devargs: None,
         }
     }
 

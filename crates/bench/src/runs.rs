@@ -205,7 +205,10 @@ fn ours(ctx: &Ctx, plan: &Plan, name: &str, o: Ours) -> Side {
     }
     for v in o.vdevs {
         args.push("--vdev".into());
-        args.push(v);
+        args.push(match &plan.devargs {
+            Some(extra) => format!("{v},{extra}"),
+            None => v,
+        });
     }
     if o.queues > 1 {
         args.extend(["--rxq".into(), o.queues.to_string()]);
@@ -600,4 +603,41 @@ fn tester(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--devargs` goes on every port of ours, both sides, and on nothing else.
+    #[test]
+    fn devargs_are_added_to_every_port_of_ours() {
+        for (line, added) in [
+            (
+                "memif --peer memnic --sizes 64 --devargs tx-stream=off",
+                ",tx-stream=off",
+            ),
+            ("memif --peer memnic --sizes 64", ""),
+        ] {
+            let plan = crate::plan::tests::plan_of(line).unwrap();
+            let ctx = Ctx::new(&plan, "/bin/true".into()).unwrap();
+            let v = &plan.variants[0];
+            let p = pair(&ctx, &plan, plan.cases[0], v.run, 64, 0)
+                .unwrap()
+                .unwrap();
+            let sock = ctx.sock(0).display().to_string();
+            for (side, role) in [(&p.first, "server"), (&p.second, "client")] {
+                let vdevs: Vec<_> = side.args.windows(2).filter(|w| w[0] == "--vdev").collect();
+                assert_eq!(
+                    vdevs,
+                    [[
+                        "--vdev".to_string(),
+                        format!("memif0,role={role},socket={sock}{added}")
+                    ]],
+                    "{line}"
+                );
+            }
+            let _ = std::fs::remove_dir_all(&ctx.dir);
+        }
+    }
 }

@@ -8,13 +8,15 @@
 //!   snapshot into a [`StatsCell`] after each burst, and other threads read only the snapshot.
 //! * [`tuner::Tuner`]: a queue's choice between two ways of doing its work, tried both ways
 //!   while traffic runs; [`flush::FlushTuner`] is a receive queue's choice whether to flush the
-//!   lines it read from its peer's buffers.
+//!   lines it read from its peer's buffers; [`stream::StreamTuner`] a transmit queue's choice
+//!   whether to write short frames into its peer's buffers with streaming stores.
 #![forbid(unsafe_code)]
 
 mod devargs;
 pub mod flush;
 pub mod gate;
 mod stats;
+pub mod stream;
 pub mod tuner;
 
 pub use devargs::{Devargs, DevargsError};

@@ -16,9 +16,10 @@ pub struct QueueStats {
     pub nombuf: u64,
     /// Frames moved the way a [`Tuner`](crate::tuner::Tuner) chooses: received frames whose
     /// lines an rx queue flushed from our caches once it had copied them
-    /// ([`FlushTuner`](crate::flush::FlushTuner)); short frames a vhost tx queue wrote into the
-    /// guest's buffers with streaming stores (a split ring's always, a packed ring's while its
-    /// tuner streams). 0 for queues that do neither.
+    /// ([`FlushTuner`](crate::flush::FlushTuner)); short frames a tx queue wrote into its
+    /// peer's buffers with streaming stores ([`StreamTuner`](crate::stream::StreamTuner); a
+    /// vhost split ring's always, a packed ring's while its tuner streams). 0 for queues that
+    /// do neither.
     pub tuned: u64,
     /// Times the queue's tuner changed its way.
     pub tuner_switches: u64,

@@ -187,6 +187,18 @@ impl Tuner {
     }
 }
 
+/// A port's extended counters for its tuned choices: its receive queues' flushing
+/// ([`crate::flush::xstats`] over `rx`) and its transmit queues' streaming
+/// ([`crate::stream::xstats`] over `tx`).
+pub fn xstats(
+    rx: impl IntoIterator<Item = crate::QueueStats>,
+    tx: impl IntoIterator<Item = crate::QueueStats>,
+) -> Vec<(&'static str, u64)> {
+    let mut x = Vec::from(crate::flush::xstats(rx));
+    x.extend(crate::stream::xstats(tx));
+    x
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
+use memnic_ethdev::stream::{StreamMode, StreamTuner};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
 
@@ -29,7 +30,9 @@ use crate::error::DataError;
 use crate::msg::RingDirection;
 use crate::ring::{acquire, publish, Desc, Regions, Ring, RING_FLAG_MASK_INT};
 use crate::window::Window;
-use crate::writer::{prefetch_burst, prefetch_next, write_frame, ToDescriptors, ToLayout};
+use crate::writer::{
+    prefetch_burst, prefetch_next, write_frame, ToDescriptors, ToLayout, STREAM_MAX,
+};
 
 /// Which end of the connection this port is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,6 +237,9 @@ pub struct MemifRxQueue {
 /// A memif tx queue (either role).
 pub struct MemifTxQueue {
     core: QueueCore,
+    /// Whether short frames go into the peer's buffers with streaming stores
+    /// (`writer::STREAM_MAX`).
+    stream: StreamTuner,
 }
 
 impl MemifRxQueue {
@@ -475,8 +481,11 @@ impl RxQueue for MemifRxQueue {
 }
 
 impl MemifTxQueue {
-    pub fn new(core: QueueCore) -> Self {
-        MemifTxQueue { core }
+    pub fn new(core: QueueCore, stream: StreamMode) -> Self {
+        MemifTxQueue {
+            core,
+            stream: StreamTuner::new(stream),
+        }
     }
 
     /// Client: queue frames on a C2S ring (copy or zero copy), publish head.
@@ -491,7 +500,12 @@ impl MemifTxQueue {
     /// client txonly -> ours server rxonly, 3 rounds alternating, Mpps p20/p50/p80, every
     /// burst / lazy): 64 B 32.71/32.94/33.52 / 34.30/38.39/39.77, 512 B 15.07/15.58/15.91 /
     /// 15.34/15.63/16.57, 1518 B 7.14/7.23/7.35 / 7.18/7.22/7.52.
-    fn tx_client(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, DataError> {
+    fn tx_client(
+        q: &mut QueueCore,
+        pkts: &mut Vec<Mbuf>,
+        stream_max: usize,
+        streamed: &mut u32,
+    ) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             own,
@@ -522,8 +536,6 @@ impl MemifTxQueue {
         let mut head = *own;
         let mut sent = 0;
         let mut bytes = 0;
-        // Whether a frame went out with streaming stores, to be fenced before the publish.
-        let mut streamed = false;
         let n = pkts.len().min(MAX_BURST);
         // Zero copy: the slot each sent frame is parked in (+1), 0 for frames that were copied.
         let mut park = [0u16; MAX_BURST];
@@ -536,7 +548,7 @@ impl MemifTxQueue {
         };
         // Copy mode: the burst's first buffers asked for at once (zero copy writes none).
         let asked = match c.zero_copy_region {
-            None if bsize > 0 => prefetch_burst(&layout, &pkts[..n], head, free),
+            None if bsize > 0 => prefetch_burst(&layout, &pkts[..n], head, free, stream_max),
             _ => 0,
         };
         while sent < n {
@@ -585,8 +597,10 @@ impl MemifTxQueue {
                     (sent, asked),
                     head.wrapping_add(slots as u16),
                     slots < free as usize,
+                    stream_max,
                 );
-                let Some(used) = write_frame(&layout, m, head, free, &mut streamed)? else {
+                let Some(used) = write_frame(&layout, m, (head, free), stream_max, streamed)?
+                else {
                     break;
                 };
                 head = head.wrapping_add(used);
@@ -605,7 +619,8 @@ impl MemifTxQueue {
         }
         if head != *own {
             *own = head;
-            if streamed {
+            // Frames written with streaming stores, before the counter that says they are there.
+            if *streamed > 0 {
                 memnic_shm::store_fence();
             }
             // The frames are in their slots: the server may read them.
@@ -617,7 +632,12 @@ impl MemifTxQueue {
     }
 
     /// Server: write frames into the slots the client handed us on an S2C ring, publish tail.
-    fn tx_server(q: &mut QueueCore, pkts: &mut Vec<Mbuf>) -> Result<usize, DataError> {
+    fn tx_server(
+        q: &mut QueueCore,
+        pkts: &mut Vec<Mbuf>,
+        stream_max: usize,
+        streamed: &mut u32,
+    ) -> Result<usize, DataError> {
         let QueueCore {
             conn,
             own,
@@ -636,9 +656,7 @@ impl MemifTxQueue {
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
         // The burst's first buffers asked for at once, later ones a frame ahead.
-        let asked = prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail);
-        // Whether a frame went out with streaming stores, to be fenced before the publish.
-        let mut streamed = false;
+        let asked = prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail, stream_max);
         while sent < n {
             let m = &pkts[sent];
             // (One slot a frame, as far as the hint knows: see `ToDescriptors::extent`.)
@@ -648,11 +666,11 @@ impl MemifTxQueue {
                 (sent, asked),
                 win.slot(used + 1),
                 used + 1 < win.avail,
+                stream_max,
             );
             // No room for the whole frame: it and the rest stay with the caller.
-            let Some(slots) =
-                write_frame(&dst, m, win.slot(used), win.avail - used, &mut streamed)?
-            else {
+            let room = (win.slot(used), win.avail - used);
+            let Some(slots) = write_frame(&dst, m, room, stream_max, streamed)? else {
                 break;
             };
             used += slots;
@@ -664,7 +682,8 @@ impl MemifTxQueue {
         }
         if used > 0 {
             *own = win.slot(used);
-            if streamed {
+            // Frames written with streaming stores, before the counter that says they are there.
+            if *streamed > 0 {
                 memnic_shm::store_fence();
             }
             // The frames are in the client's buffers: it may take them.
@@ -681,15 +700,22 @@ impl TxQueue for MemifTxQueue {
         if !self.core.enter() {
             return 0;
         }
+        let stream_max = if self.stream.on() { STREAM_MAX } else { 0 };
+        let mut streamed = 0;
         let res = match self.core.conn.as_ref().map(|c| c.role) {
-            Some(Role::Client) => Self::tx_client(&mut self.core, pkts),
-            Some(Role::Server) => Self::tx_server(&mut self.core, pkts),
+            Some(Role::Client) => Self::tx_client(&mut self.core, pkts, stream_max, &mut streamed),
+            Some(Role::Server) => Self::tx_server(&mut self.core, pkts, stream_max, &mut streamed),
             None => Ok(0),
         };
         let n = res.unwrap_or_else(|e| {
             self.core.protocol_error(e);
+            // Nothing of the burst was published.
+            streamed = 0;
             0
         });
+        // The tuner judges by what the peer takes: a full ring sends only as it frees slots.
+        self.stream.polled(n as u16, streamed);
+        self.stream.record(&mut self.core.stats);
         self.core.exit();
         n
     }

@@ -79,8 +79,14 @@ const WRITE_AHEAD_MIN_FRAMES: usize = 4;
 /// slow state 0.99/1.00/1.04. Skipping both steps outright (an upper bound, not a rule) was
 /// 1.04/1.06/1.08.
 #[inline(always)]
-pub(crate) fn prefetch_burst<'a>(dst: &impl Dest<'a>, pkts: &[Mbuf], at: u16, room: u16) -> usize {
-    if pkts.iter().all(streams) {
+pub(crate) fn prefetch_burst<'a>(
+    dst: &impl Dest<'a>,
+    pkts: &[Mbuf],
+    at: u16,
+    room: u16,
+    stream_max: usize,
+) -> usize {
+    if pkts.iter().all(|m| streams(m, stream_max)) {
         return pkts.len();
     }
     // Each frame takes a line at least, so the budget bounds the frames too.
@@ -100,7 +106,7 @@ pub(crate) fn prefetch_burst<'a>(dst: &impl Dest<'a>, pkts: &[Mbuf], at: u16, ro
         return 0;
     }
     for (m, &k) in pkts.iter().zip(&first_slot[..frames]) {
-        if !streams(m) {
+        if !streams(m, stream_max) {
             dst.prefetch_frame(at.wrapping_add(k), m.len());
         }
     }
@@ -134,26 +140,29 @@ pub(crate) fn prefetch_next<'a, D: Dest<'a>>(
     (sent, asked): (usize, usize),
     next: u16,
     fits: bool,
+    stream_max: usize,
 ) {
     if sent + 1 < asked || !fits {
         return;
     }
     if let Some(m) = pkts
         .get(sent + 1)
-        .filter(|m| m.len() <= D::NEXT_FRAME_MAX && !streams(m))
+        .filter(|m| m.len() <= D::NEXT_FRAME_MAX && !streams(m, stream_max))
     {
         dst.prefetch_frame(next, m.len());
     }
 }
 
-/// The longest frame written with streaming stores (`VolatileSlice::write_streaming`); the
+/// The longest frame written with streaming stores (`VolatileSlice::write_streaming`) while the
+/// queue's [`StreamTuner`](memnic_ethdev::stream::StreamTuner) streams (`tx-stream`); the
 /// caller fences them (`memnic_shm::store_fence`) before it publishes its counter.
 ///
 /// The peer read each buffer last (it copied the frame out), so a plain store waits for the
-/// line to come back from its core, and in this machine's slow state that wait is most of a
-/// small frame's cost; streamed, the store waits for nothing and the reader's miss goes to
-/// memory. A/B in one sitting (in-process flip of ~250-ms windows, txonly -> rxonly,
-/// streamed/plain p20/p50/p80):
+/// line to come back from its core; streamed, the store waits for nothing and the reader's miss
+/// goes to memory. Which is faster depends on the host and the peer, so each queue tries both.
+/// On the AMD EPYC host of the early sessions the plain store's wait was most of a small
+/// frame's cost in its slow state. A/B in one sitting there (in-process flip of ~250-ms
+/// windows, txonly -> rxonly, streamed/plain p20/p50/p80):
 ///
 /// ```text
 ///   C2S, our client -> our server      64 B  1.21/2.86/2.99 (slow state 8.9 -> 26.3 Mpps)
@@ -162,11 +171,17 @@ pub(crate) fn prefetch_next<'a, D: Dest<'a>>(
 ///                                     256 B  0.91/0.93/0.96 (memory bandwidth: not streamed)
 ///   S2C, our server -> our client      64 B  1.32/1.57/2.64 (slow state 6.9 -> 18.1)
 /// ```
+///
+/// On the Intel Xeon host of session 38 (one state) streaming lost: our client into DPDK's
+/// server at 64 B 18.2-18.8 Mpps streamed, 26.2-27.1 plain (DPDK's receive copies without
+/// prefetching, and 68% of its samples waited on the first load of a streamed frame); into
+/// our server 32.4-33.2 streamed, 33.8-36.2 plain.
 pub(crate) const STREAM_MAX: usize = 128;
 
-/// Whether [`write_frame`] writes `m` with streaming stores, which fetch no line first: asking
-/// for its buffer ahead ([`prefetch_burst`], [`prefetch_next`]) only pulls the lines over from
-/// the peer for nothing. A/B (in-process flip, not asked/asked p20/p50/p80):
+/// Whether [`write_frame`] writes `m` with streaming stores (frames up to `stream_max` bytes:
+/// [`STREAM_MAX`] while the queue streams, else 0), which fetch no line first: asking for its
+/// buffer ahead ([`prefetch_burst`], [`prefetch_next`]) only pulls the lines over from the peer
+/// for nothing. A/B (in-process flip, not asked/asked p20/p50/p80):
 ///
 /// ```text
 ///   C2S our client -> our server     64 B  1.03/1.12/1.27    128 B 1.78/1.92/2.01
@@ -174,35 +189,37 @@ pub(crate) const STREAM_MAX: usize = 128;
 ///   S2C our server -> our client     64 B  0.97/1.07/1.15    128 B 1.54/1.72/1.81
 /// ```
 #[inline(always)]
-fn streams(m: &Mbuf) -> bool {
-    streamed_bytes(m).is_some()
+fn streams(m: &Mbuf, stream_max: usize) -> bool {
+    streamed_bytes(m, stream_max).is_some()
 }
 
 /// The bytes [`write_frame`] writes with streaming stores: a one-segment frame of private
-/// memory, up to [`STREAM_MAX`].
+/// memory, up to `stream_max` bytes (none when it is 0).
 #[inline(always)]
-fn streamed_bytes(m: &Mbuf) -> Option<&[u8]> {
-    m.frame_slice().filter(|s| s.len() <= STREAM_MAX)
+fn streamed_bytes(m: &Mbuf, stream_max: usize) -> Option<&[u8]> {
+    m.frame_slice()
+        .filter(|s| stream_max > 0 && s.len() <= stream_max)
 }
 
 /// Writes `m` into the slots `at, at + 1, …`, using at most `room` of them. Returns how many it
-/// used, or None when `room` is too few (the slots written are not published). Sets `streamed`
-/// when it wrote with streaming stores ([`STREAM_MAX`]).
+/// used, or None when `room` is too few (the slots written are not published). Counts in
+/// `streamed` a frame it wrote with streaming stores (up to `stream_max` bytes: [`STREAM_MAX`]
+/// or 0).
 #[inline(always)]
 pub(crate) fn write_frame<'a>(
     dst: &impl Dest<'a>,
     m: &Mbuf,
-    at: u16,
-    room: u16,
-    streamed: &mut bool,
+    (at, room): (u16, u16),
+    stream_max: usize,
+    streamed: &mut u32,
 ) -> Result<Option<u16>, DataError> {
     let len = m.len();
-    if let Some(src) = streamed_bytes(m).filter(|_| room > 0) {
+    if let Some(src) = streamed_bytes(m, stream_max).filter(|_| room > 0) {
         let buf = dst.buffer(at)?;
         if buf.len() >= len {
             buf.write_streaming(0, src).expect("len <= buffer length");
             dst.finish(at, len as u32, 0);
-            *streamed = true;
+            *streamed += 1;
             return Ok(Some(1));
         }
     }
@@ -384,8 +401,9 @@ mod tests {
             bsize: 2048,
         };
         let pool = memnic_test_support::pool("write-ahead", 64, 9000);
-        let asked =
-            |lens: &[usize], free: u16| prefetch_burst(&to, &burst(&pool, lens), 1020, free);
+        let asked = |lens: &[usize], free: u16| {
+            prefetch_burst(&to, &burst(&pool, lens), 1020, free, STREAM_MAX)
+        };
         // Frames past STREAM_MAX (shorter ones stream and are never asked for).
         let budget = WRITE_AHEAD_LINES;
         assert_eq!(asked(&[192; 32], 1024), budget / 3, "three lines a frame");
@@ -414,8 +432,9 @@ mod tests {
 
         // Buffers of 256 bytes: a 600-B frame takes three slots, and four lines of the first.
         let small = ToLayout { bsize: 256, ..to };
-        let asked =
-            |lens: &[usize], free: u16| prefetch_burst(&small, &burst(&pool, lens), 0, free);
+        let asked = |lens: &[usize], free: u16| {
+            prefetch_burst(&small, &burst(&pool, lens), 0, free, STREAM_MAX)
+        };
         assert_eq!(
             asked(&[64, 600, 64, 64, 64], 6),
             4,
@@ -457,12 +476,16 @@ mod tests {
             }
         };
         let client = Asked::<{ usize::MAX }>(Default::default());
-        run(&|sent, asked, next, fits| prefetch_next(&client, &pkts, (sent, asked), next, fits));
+        run(&|sent, asked, next, fits| {
+            prefetch_next(&client, &pkts, (sent, asked), next, fits, STREAM_MAX)
+        });
         // Sent 0: frame 1 was asked for with the burst; sent 3: no room for frame 4; sent 4:
         // the burst's last.
         assert_eq!(client.0.take(), [(102, 512), (103, 1518)]);
         let server = Asked::<512>(Default::default());
-        run(&|sent, asked, next, fits| prefetch_next(&server, &pkts, (sent, asked), next, fits));
+        run(&|sent, asked, next, fits| {
+            prefetch_next(&server, &pkts, (sent, asked), next, fits, STREAM_MAX)
+        });
         assert_eq!(
             server.0.take(),
             [(102, 512)],
@@ -477,9 +500,9 @@ mod tests {
         );
     }
 
-    /// Frames written with streaming stores (one segment, up to `STREAM_MAX`) are asked for
-    /// neither with the burst nor one ahead; longer ones and a chained one of the same length
-    /// are.
+    /// Frames written with streaming stores (one segment, up to `STREAM_MAX` while the queue
+    /// streams) are asked for neither with the burst nor one ahead; longer ones and a chained
+    /// one of the same length are, and every frame is while the queue writes plain.
     #[test]
     fn streamed_frames_are_not_asked_for() {
         let pool = memnic_test_support::pool("write-streamed", 64, 9000);
@@ -488,22 +511,54 @@ mod tests {
         tail.append(32).unwrap();
         assert!(pkts[3].chain(tail).is_ok());
         let d = Asked::<{ usize::MAX }>(Default::default());
-        assert_eq!(prefetch_burst(&d, &pkts, 10, 100), 4);
+        assert_eq!(prefetch_burst(&d, &pkts, 10, 100, STREAM_MAX), 4);
         assert_eq!(d.0.take(), [(12, STREAM_MAX + 1), (13, 64)]);
         for sent in 0..pkts.len() {
-            prefetch_next(&d, &pkts, (sent, 0), 100 + sent as u16 + 1, true);
+            prefetch_next(
+                &d,
+                &pkts,
+                (sent, 0),
+                100 + sent as u16 + 1,
+                true,
+                STREAM_MAX,
+            );
         }
         assert_eq!(d.0.take(), [(102, STREAM_MAX + 1), (103, 64)]);
 
         // A burst whose frames all stream: nothing is asked for, and the answer (the whole
         // burst) leaves nothing for the look ahead either.
         let small = burst(&pool, &[64, STREAM_MAX, 60]);
-        let asked = prefetch_burst(&d, &small, 10, 100);
+        let asked = prefetch_burst(&d, &small, 10, 100, STREAM_MAX);
         assert_eq!(asked, 3);
         for sent in 0..small.len() {
-            prefetch_next(&d, &small, (sent, asked), 100 + sent as u16 + 1, true);
+            prefetch_next(
+                &d,
+                &small,
+                (sent, asked),
+                100 + sent as u16 + 1,
+                true,
+                STREAM_MAX,
+            );
         }
         assert_eq!(d.0.take(), []);
+
+        // While the queue writes with plain stores (`stream_max` 0), short frames are asked
+        // for as any other: up front and one ahead.
+        assert_eq!(prefetch_burst(&d, &pkts, 10, 100, 0), 4);
+        assert_eq!(
+            d.0.take(),
+            [(10, 64), (11, STREAM_MAX), (12, STREAM_MAX + 1), (13, 64)]
+        );
+        let asked = prefetch_burst(&d, &small, 10, 100, 0);
+        assert_eq!(
+            (asked, d.0.take()),
+            (0, vec![]),
+            "three frames: none up front"
+        );
+        for sent in 0..small.len() {
+            prefetch_next(&d, &small, (sent, asked), 100 + sent as u16 + 1, true, 0);
+        }
+        assert_eq!(d.0.take(), [(101, STREAM_MAX), (102, 60)]);
     }
 
     /// The server's side: one slot a frame as far as it knows (the client's buffer sizes are in
@@ -517,8 +572,9 @@ mod tests {
             regions: &regions,
         };
         let pool = memnic_test_support::pool("write-ahead-server", 64, 9000);
-        let asked =
-            |lens: &[usize], room: u16| prefetch_burst(&to, &burst(&pool, lens), 1020, room);
+        let asked = |lens: &[usize], room: u16| {
+            prefetch_burst(&to, &burst(&pool, lens), 1020, room, STREAM_MAX)
+        };
         // 192 B: three lines each, five frames within the sixteen lines.
         assert_eq!(asked(&[192; 32], 1024), WRITE_AHEAD_LINES / 3);
         assert_eq!(asked(&[192; 32], 4), 4, "the window");

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use memnic_ethdev::flush::FlushMode;
+use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::Port;
 use memnic_memif::{MemifConfig, MemifPort, Role};
 use memnic_pktbuf::{Mempool, PoolConfig};
@@ -77,11 +78,14 @@ fn big_pool() -> Mempool {
 fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     let sock = format!("/tmp/memif-test-data-{}.sock", std::process::id());
     let nq = 3u16;
-    // The server's rx queues flush every frame they copy, the client's none: the counters say so.
+    // The server's rx queues flush every frame they copy, the client's none; the client's tx
+    // queues stream every frame up to 128 B, the server's none: the counters say so.
     let mut scfg = MemifConfig::new(Role::Server, &sock);
     scfg.rx_flush = FlushMode::On;
+    scfg.tx_stream = StreamMode::Off;
     let mut ccfg = MemifConfig::new(Role::Client, &sock);
     ccfg.rx_flush = FlushMode::Off;
+    ccfg.tx_stream = StreamMode::On;
     let mut server = MemifPort::new("s", scfg).unwrap();
     let mut client = MemifPort::new("c", ccfg).unwrap();
     let p = big_pool();
@@ -148,10 +152,24 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
         server.xstats(),
         vec![
             ("rx_flushed_packets", N * nq as u64),
-            ("rx_flush_switches", 0)
+            ("rx_flush_switches", 0),
+            ("tx_streamed_packets", 0),
+            ("tx_stream_switches", 0)
         ]
     );
-    assert_eq!(client.xstats()[0], ("rx_flushed_packets", 0));
+    let short = (0..nq as u64)
+        .flat_map(|q| (0..N).map(move |s| sizes[((s + q) % sizes.len() as u64) as usize]))
+        .filter(|&len| len <= 128)
+        .count() as u64;
+    assert_eq!(
+        client.xstats(),
+        vec![
+            ("rx_flushed_packets", 0),
+            ("rx_flush_switches", 0),
+            ("tx_streamed_packets", short),
+            ("tx_stream_switches", 0)
+        ]
+    );
     drop(server);
     drop(client);
     let _ = std::fs::remove_file(&sock);

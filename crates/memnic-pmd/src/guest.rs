@@ -16,6 +16,7 @@ use crate::ring::{self, Oversize};
 use crate::{host, slot, MemnicError};
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, Gate, GateMember};
+use memnic_ethdev::stream::{StreamMode, StreamTuner};
 
 /// Which burst implementation the guest queues run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,6 +73,9 @@ pub struct GuestConfig {
     /// Whether the `memnic` variant's rx flushes the frames it copied from our caches
     /// (`ring::flush_copied`).
     pub rx_flush: FlushMode,
+    /// Whether the `memnic` variant's tx writes short frames with streaming stores
+    /// (`ring::STREAM_MAX`).
+    pub tx_stream: StreamMode,
 }
 
 impl GuestConfig {
@@ -83,6 +87,7 @@ impl GuestConfig {
             reset_timeout: Duration::from_secs(5),
             rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
             rx_flush: FlushMode::Auto,
+            tx_stream: StreamMode::Auto,
         }
     }
 }
@@ -288,7 +293,10 @@ impl Port for GuestPort {
 
     /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        memnic_ethdev::flush::xstats(self.rx_cells.iter().map(|c| c.snapshot())).into()
+        memnic_ethdev::tuner::xstats(
+            self.rx_cells.iter().map(|c| c.snapshot()),
+            self.tx_cells.iter().map(|c| c.snapshot()),
+        )
     }
 
     fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {
@@ -333,6 +341,7 @@ impl GuestPort {
             stats: QueueStats::default(),
             cell,
             spare: Vec::with_capacity(MAX_BURST),
+            stream: StreamTuner::new(self.cfg.tx_stream),
         }
     }
 
@@ -388,6 +397,8 @@ pub struct GuestTxQueue {
     cell: Arc<StatsCell>,
     /// Second burst vector for the pre-2014 loop (free inside the loop without reallocating).
     spare: Vec<Mbuf>,
+    /// Whether short frames are streamed into their slots (`ring::STREAM_MAX`).
+    stream: StreamTuner,
 }
 
 #[cold]
@@ -570,6 +581,7 @@ impl GuestTxQueue {
                 pkts,
                 Oversize::Stop,
                 &mut self.stats,
+                &mut self.stream,
             ),
             Variant::After2014 => self.tx_2014_after(pkts),
             Variant::Before2014 => self.tx_2014_before(pkts),

@@ -17,6 +17,7 @@ use crate::ring::{self, Oversize};
 use crate::{slot, MemnicError};
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, Gate, GateMember};
+use memnic_ethdev::stream::{StreamMode, StreamTuner};
 
 /// Most host tx queues one port offers (several host lcores sending into one `up` ring).
 pub const MAX_HOST_TX_QUEUES: u16 = 16;
@@ -35,6 +36,9 @@ pub struct HostConfig {
     pub rx_holdoff: Duration,
     /// Whether rx flushes the frames it copied from our caches (`ring::flush_copied`).
     pub rx_flush: FlushMode,
+    /// Whether tx writes short frames with streaming stores (`ring::STREAM_MAX`; a queue that
+    /// shares the ring with other producers never does).
+    pub tx_stream: StreamMode,
 }
 
 impl HostConfig {
@@ -45,6 +49,7 @@ impl HostConfig {
             frame_size_feature: true,
             rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
             rx_flush: FlushMode::Auto,
+            tx_stream: StreamMode::Auto,
         }
     }
 }
@@ -198,6 +203,8 @@ pub struct HostPort {
     rx_holdoff: Duration,
     /// `HostConfig::rx_flush`.
     rx_flush: FlushMode,
+    /// `HostConfig::tx_stream`.
+    tx_stream: StreamMode,
 }
 
 /// Why the host dropped its guest when the region file was cut under it.
@@ -211,6 +218,7 @@ impl HostPort {
         let mut port = Self::on_region(name, Arc::new(region), cfg.frame_size_feature)?;
         port.rx_holdoff = cfg.rx_holdoff;
         port.rx_flush = cfg.rx_flush;
+        port.tx_stream = cfg.tx_stream;
         Ok(port)
     }
 
@@ -243,6 +251,7 @@ impl HostPort {
             last_reason: None,
             rx_holdoff: ring::DEFAULT_RX_HOLDOFF,
             rx_flush: FlushMode::Auto,
+            tx_stream: StreamMode::Auto,
         })
     }
 
@@ -361,6 +370,7 @@ impl Port for HostPort {
             cache: pool.lcore_cache(),
             stats: QueueStats::default(),
             cell,
+            stream: StreamTuner::new(self.tx_stream),
         }))
     }
 
@@ -373,7 +383,10 @@ impl Port for HostPort {
 
     /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        memnic_ethdev::flush::xstats(self.rx_cells.iter().map(|c| c.snapshot())).into()
+        memnic_ethdev::tuner::xstats(
+            self.rx_cells.iter().map(|c| c.snapshot()),
+            self.tx_cells.iter().map(|c| c.snapshot()),
+        )
     }
 
     /// Serves the guest's resets from the control thread while no lcore polls the rx queue
@@ -512,6 +525,9 @@ pub struct HostTxQueue {
     cache: PoolCache,
     stats: QueueStats,
     cell: Arc<StatsCell>,
+    /// Whether short frames are streamed into their slots while this is the only producer
+    /// (`ring::STREAM_MAX`).
+    stream: StreamTuner,
 }
 
 impl HostTxQueue {
@@ -604,6 +620,7 @@ impl TxQueue for HostTxQueue {
                 pkts,
                 Oversize::Drop,
                 &mut self.stats,
+                &mut self.stream,
             );
             self.private_idx = idx;
             n

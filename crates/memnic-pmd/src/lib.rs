@@ -19,6 +19,7 @@ pub use ring::DEFAULT_RX_HOLDOFF;
 use std::time::Duration;
 
 use memnic_ethdev::flush::FlushMode;
+use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Devargs, DevargsError, Port};
 
 /// Devargs keys of the memnic driver.
@@ -30,6 +31,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "mode",
     "rx_holdoff_ns",
     "rx_flush",
+    "tx_stream",
 ];
 
 /// The longest `rx_holdoff_ns` taken, 1 ms: far past any use (at 25 Mpps a ring of 1024 slots
@@ -66,7 +68,9 @@ pub enum MemnicError {
 /// followed a run of frames,
 /// default [`DEFAULT_RX_HOLDOFF`], 0 to poll without pause), `rx_flush=auto|on|off` (either
 /// role: whether rx flushes the frames it copied from our caches; `auto`, the default, tries
-/// both ways while traffic runs: `memnic_ethdev::flush`).
+/// both ways while traffic runs: `memnic_ethdev::flush`), `tx_stream=auto|on|off` (either
+/// role: whether tx writes frames of up to 128 B with streaming stores, the same way:
+/// `memnic_ethdev::stream`).
 pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
     let path = args.require("path")?;
     let role = args.choice_or("role", &["host", "guest"], "guest")?;
@@ -82,6 +86,7 @@ pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
         },
     };
     let rx_flush = args.parse_or("rx_flush", FlushMode::Auto)?;
+    let tx_stream = args.parse_or("tx_stream", StreamMode::Auto)?;
     if role == "host" {
         for k in ["framesz", "variant"] {
             if args.get(k).is_some() {
@@ -93,6 +98,7 @@ pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
         let mut cfg = HostConfig::new(path);
         cfg.rx_holdoff = rx_holdoff;
         cfg.rx_flush = rx_flush;
+        cfg.tx_stream = tx_stream;
         if let Some(m) = args.get("mode") {
             cfg.mode = u32::from_str_radix(m, 8)
                 .map_err(|_| args.bad("mode", m, "expected octal permission bits like 600"))?;
@@ -111,6 +117,7 @@ pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
     let mut cfg = GuestConfig::new(path);
     cfg.rx_holdoff = rx_holdoff;
     cfg.rx_flush = rx_flush;
+    cfg.tx_stream = tx_stream;
     cfg.framesz = match args.get("framesz") {
         None => None,
         Some(v) => {

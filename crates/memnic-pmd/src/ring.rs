@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use memnic_ethdev::flush::FlushTuner;
+use memnic_ethdev::stream::StreamTuner;
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, MAX_BURST};
 use memnic_shm::Region;
 
@@ -219,7 +220,8 @@ pub(crate) fn receive(
 
 /// Flushes a slot's lines past its first (which holds the status word we write next) up to the
 /// end of its `len`-byte frame from every cache, once the frame is copied out: the producer's
-/// next plain stores to them (frames past 128 B: [`STREAM_MAX`]) then fetch them from memory,
+/// next plain stores to them (frames past [`STREAM_MAX`], or all while it does not stream) then
+/// fetch them from memory,
 /// not from this core. Done while the rx queue's `FlushTuner` finds that it moves more frames:
 /// in this machine's slow state (far cores) it does, in the fast state it costs. In-process
 /// flip, tuned / never, p20/p50/p80, testpmd txonly -> rxonly over one region, 30 s each:
@@ -274,12 +276,14 @@ fn oversize(st: &mut QueueStats) {
 }
 
 /// The longest frame whose slot is written with streaming stores past its first line
-/// ([`stream_slot`]); the burst's streamed slots are fenced (`memnic_shm::store_fence`) and then
-/// published together.
+/// ([`stream_slot`]) while the tx queue's `StreamTuner` streams (`tx_stream`); the burst's
+/// streamed slots are fenced (`memnic_shm::store_fence`) and then published together.
 ///
 /// The consumer read each slot last, so a plain store waits for the line to come back from its
-/// core, and in this machine's slow state (a far core) that wait is most of a small frame's cost.
-/// A/B in one sitting (in-process flip of ~250-ms windows, testpmd txonly -> rxonly, both sides
+/// core; streamed, the consumer's read of it misses to memory instead. Which costs less
+/// depends on the host (`memnic_ethdev::stream`), so each tx queue tries both. On the AMD EPYC
+/// host of the early sessions, in its slow state (a far core), the plain store's wait was most
+/// of a small frame's cost. A/B in one sitting there (in-process flip of ~250-ms windows, testpmd txonly -> rxonly, both sides
 /// flipping; streamed/plain p20/p50/p80 of adjacent windows):
 ///
 /// ```text
@@ -301,6 +305,8 @@ pub(crate) const STREAM_MAX: usize = 128;
 /// Transmits frames from the front of `pkts` into ring `dir` as its only producer: a slot is
 /// claimed by seeing it FREE, no compare-and-swap. Sent buffers are freed after the copy loop.
 /// Returns how many frames were taken (sent, or dropped as oversize under [`Oversize::Drop`]).
+/// While `tuner` says so, frames of up to [`STREAM_MAX`] bytes go into their slots with
+/// streaming stores ([`stream_slot`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn transmit_single(
@@ -312,7 +318,9 @@ pub(crate) fn transmit_single(
     pkts: &mut Vec<Mbuf>,
     on_oversize: Oversize,
     st: &mut QueueStats,
+    tuner: &mut StreamTuner,
 ) -> usize {
+    let stream_max = if tuner.on() { STREAM_MAX } else { 0 };
     let n = pkts.len().min(MAX_BURST);
     let mut i = *idx;
     let mut taken = 0;
@@ -321,6 +329,8 @@ pub(crate) fn transmit_single(
     // Slots written with streaming stores and not yet published.
     let mut streamed = [0usize; MAX_BURST];
     let mut nstreamed = 0;
+    // Frames the burst streamed, for the tuner's counters.
+    let mut streamed_in_all = 0u32;
     while taken < n {
         let m = &pkts[taken];
         let len = m.len() as u32;
@@ -336,7 +346,7 @@ pub(crate) fn transmit_single(
         if !slot::claim_single(region.u32(off)) {
             break; // ring full
         }
-        let src = if len as usize <= STREAM_MAX {
+        let src = if streams(len as usize, stream_max) {
             m.as_slice_padded(streamed_len(len))
         } else {
             None
@@ -346,12 +356,13 @@ pub(crate) fn transmit_single(
                 stream_slot(region, off, len, src);
                 streamed[nstreamed] = off;
                 nstreamed += 1;
+                streamed_in_all += 1;
             }
             None => {
                 // Published in order: the streamed slots before this one go first.
                 publish_streamed(region, &streamed[..nstreamed]);
                 nstreamed = 0;
-                prefetch_next_slot(region, dir, i, pkts.get(taken + 1));
+                prefetch_next_slot(region, dir, i, pkts.get(taken + 1), stream_max);
                 write_slot(region, off, m);
                 slot::publish(region.u32(off));
             }
@@ -368,7 +379,17 @@ pub(crate) fn transmit_single(
     for m in pkts.drain(..taken) {
         cache.free(m);
     }
+    // The tuner judges by what the consumer takes: a full ring sends only as it frees slots.
+    tuner.polled(taken as u16, streamed_in_all);
+    tuner.record(st);
     taken
+}
+
+/// Whether a frame of `len` bytes goes into its slot with streaming stores, up to `stream_max`
+/// bytes ([`STREAM_MAX`] while the queue streams, else 0: none).
+#[inline(always)]
+fn streams(len: usize, stream_max: usize) -> bool {
+    stream_max > 0 && len <= stream_max
 }
 
 /// The longest next frame whose slot is asked for ([`prefetch_next_slot`]).
@@ -391,11 +412,18 @@ pub(crate) fn transmit_single(
 pub(crate) const PREFETCH_NEXT_MAX: usize = 1024;
 
 /// While a frame is copied into slot `i` with plain stores, asks for the lines of the next
-/// slot that the next frame (if it is copied the same way and is at most
-/// [`PREFETCH_NEXT_MAX`] bytes) will be written into.
+/// slot that the next frame (if it is copied the same way, not streamed under `stream_max`,
+/// and is at most [`PREFETCH_NEXT_MAX`] bytes) will be written into.
 #[inline(always)]
-fn prefetch_next_slot(region: &Region, dir: Dir, i: usize, next_frame: Option<&Mbuf>) {
-    let Some(m) = next_frame.filter(|m| m.len() > STREAM_MAX && m.len() <= PREFETCH_NEXT_MAX)
+fn prefetch_next_slot(
+    region: &Region,
+    dir: Dir,
+    i: usize,
+    next_frame: Option<&Mbuf>,
+    stream_max: usize,
+) {
+    let Some(m) =
+        next_frame.filter(|m| !streams(m.len(), stream_max) && m.len() <= PREFETCH_NEXT_MAX)
     else {
         return;
     };

@@ -10,8 +10,11 @@ use memnic_test_support as common;
 
 use std::time::{Duration, Instant};
 
-use common::{Child, Receiver, Sender, ShmName, DOWN, ENV_ROLE, ENV_SEED, ENV_SHM, UP};
+use common::{
+    Child, Receiver, Sender, ShmName, DOWN, ENV_ROLE, ENV_SEED, ENV_SHM, MAX_FRAME, MIN_FRAME, UP,
+};
 use memnic_ethdev::flush::FlushMode;
+use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Port, QueueStats};
 use memnic_pmd::{GuestConfig, GuestPort, HostConfig, HostPort, Variant};
 
@@ -28,9 +31,11 @@ fn run_host(child_test: &str, variant: Variant, count: u64) {
     let deadline = Instant::now() + TIMEOUT;
     let shm = ShmName::new("2p");
     let seed = common::seed();
-    // The host's rx flushes every frame it copies, the guest's none: the counters say so.
+    // The host's rx flushes every frame it copies, the guest's none; the host's tx streams
+    // every frame of up to 128 B, the guest's none: the counters say so.
     let mut cfg = HostConfig::new(shm.name());
     cfg.rx_flush = FlushMode::On;
+    cfg.tx_stream = StreamMode::On;
     let mut host = HostPort::create("host0", &cfg).unwrap();
     let rx_pool = common::pool("host-rx", 4096, 2048);
     let tx_pool = common::pool("host-tx", 4096, 2048);
@@ -90,15 +95,25 @@ fn run_host(child_test: &str, variant: Variant, count: u64) {
         tuned: count,
         ..QueueStats::default()
     };
+    let short = (0..count)
+        .filter(|&seq| common::frame_len(seed, UP, seq, MIN_FRAME, MAX_FRAME) <= 128)
+        .count() as u64;
+    assert!(short > count / 40, "{short} of {count} frames up to 128 B");
     let want_tx = QueueStats {
         packets: count,
         bytes: tx.taken_bytes,
+        tuned: short,
         ..QueueStats::default()
     };
     assert_eq!(rs[0], want_rx, "host rx stats");
     assert_eq!(
         host.xstats(),
-        vec![("rx_flushed_packets", count), ("rx_flush_switches", 0)]
+        vec![
+            ("rx_flushed_packets", count),
+            ("rx_flush_switches", 0),
+            ("tx_streamed_packets", short),
+            ("tx_stream_switches", 0)
+        ]
     );
     assert_eq!(ts[0], want_tx, "host tx stats");
     assert_eq!(rxq.stats(), want_rx);
@@ -121,6 +136,7 @@ fn run_guest() {
     cfg.variant = variant;
     cfg.reset_timeout = Duration::from_secs(20);
     cfg.rx_flush = FlushMode::Off;
+    cfg.tx_stream = StreamMode::Off;
     let mut port = GuestPort::attach("guest0", &cfg).expect("guest attach");
     assert!(port.link().up);
     assert_eq!(port.framesz(), 1518);

@@ -442,14 +442,7 @@ impl Port for VhostPort {
             ("zero_copy_late", late),
         ];
         let (rx, tx) = self.queue_stats();
-        x.extend(memnic_ethdev::flush::xstats(rx));
-        x.extend([
-            ("tx_streamed_packets", tx.iter().map(|q| q.tuned).sum()),
-            (
-                "tx_stream_switches",
-                tx.iter().map(|q| q.tuner_switches).sum(),
-            ),
-        ]);
+        x.extend(memnic_ethdev::tuner::xstats(rx, tx));
         x
     }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use memnic_ethdev::flush::FlushMode;
+use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Devargs, DevargsError, MacAddr};
 
 use crate::msg::{MsgError, Secret};
@@ -21,6 +22,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "zero-copy",
     "mac",
     "rx-flush",
+    "tx-stream",
 ];
 
 /// Most queue pairs a port offers.
@@ -78,6 +80,9 @@ pub struct MemifConfig {
     /// Whether rx flushes the frames it copied out of the peer's buffers from our caches
     /// (`rx-flush=auto|on|off`, ours: `chain::FromRegions::flush`).
     pub rx_flush: FlushMode,
+    /// Whether tx writes short frames into the peer's buffers with streaming stores
+    /// (`tx-stream=auto|on|off`, ours: `writer::STREAM_MAX`).
+    pub tx_stream: StreamMode,
 }
 
 impl MemifConfig {
@@ -95,6 +100,7 @@ impl MemifConfig {
             zero_copy: false,
             handshake_timeout: Duration::from_secs(5),
             rx_flush: FlushMode::Auto,
+            tx_stream: StreamMode::Auto,
         }
     }
 
@@ -144,6 +150,29 @@ impl MemifConfig {
             c.mac = m.parse().map_err(|e: String| a.bad("mac", m, e))?;
         }
         c.rx_flush = a.parse_or("rx-flush", FlushMode::Auto)?;
+        c.tx_stream = a.parse_or("tx-stream", StreamMode::Auto)?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<MemifConfig, MemifError> {
+        MemifConfig::from_devargs(&Devargs::parse(s, DEVARGS_KEYS).unwrap())
+    }
+
+    #[test]
+    fn the_tuned_choices_default_to_auto_and_take_on_or_off() {
+        let c = parse("memif0").unwrap();
+        assert_eq!(
+            (c.rx_flush, c.tx_stream),
+            (FlushMode::Auto, StreamMode::Auto)
+        );
+        let c = parse("memif0,rx-flush=on,tx-stream=off").unwrap();
+        assert_eq!((c.rx_flush, c.tx_stream), (FlushMode::On, StreamMode::Off));
+        let e = parse("memif0,tx-stream=sometimes").unwrap_err().to_string();
+        assert!(e.contains("'tx-stream'"), "{e}");
     }
 }

@@ -546,7 +546,7 @@ impl Port for MemifPort {
             pool.lcore_cache(),
             self.tx_cells[q as usize].clone(),
         );
-        Ok(Box::new(MemifTxQueue::new(core)))
+        Ok(Box::new(MemifTxQueue::new(core, self.cfg.tx_stream)))
     }
 
     fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
@@ -556,9 +556,13 @@ impl Port for MemifPort {
         )
     }
 
-    /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
+    /// The receive queues' flushing and the transmit queues' streaming
+    /// ([`memnic_ethdev::tuner::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        memnic_ethdev::flush::xstats(self.rx_cells.iter().map(|c| c.snapshot())).into()
+        memnic_ethdev::tuner::xstats(
+            self.rx_cells.iter().map(|c| c.snapshot()),
+            self.tx_cells.iter().map(|c| c.snapshot()),
+        )
     }
 
     /// The control channel: accept or connect, run the handshake, notice the peer leaving.

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::gate::Gate;
+use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Mbuf, Mempool, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue};
 use memnic_memif::queue::{
     Broken, Conn, MemifRxQueue, MemifTxQueue, Prefilled, QueueCore, QueueSlot, Role,
@@ -133,7 +134,13 @@ struct TxFrame {
     bytes: Vec<u8>,
     /// Zero copy: the pool offset, when the frame is one segment of our pool.
     zc_offset: Option<u32>,
+    /// One segment: a frame up to [`STREAM_MAX`] bytes is written with streaming stores when
+    /// its first buffer holds it whole (counted in the queue's `tuned`).
+    one_seg: bool,
 }
+
+/// The longest frame the tx queue (`StreamMode::On`) writes with streaming stores.
+const STREAM_MAX: usize = 128;
 
 pub struct Harness {
     pub kind: Kind,
@@ -189,7 +196,8 @@ impl Harness {
             )
         };
         let rx = MemifRxQueue::new(core(&rx_slot), FlushMode::On);
-        let tx = MemifTxQueue::new(core(&tx_slot));
+        // Short frames streamed, as before the choice was tuned (long ones test plain stores).
+        let tx = MemifTxQueue::new(core(&tx_slot), StreamMode::On);
         let mut h = Harness {
             kind,
             log2,
@@ -507,15 +515,20 @@ impl Harness {
         (Ok(frames), bytes)
     }
 
-    /// tx, as the spec says it goes. Returns the frames sent, and the bytes counted.
-    fn model_tx(&mut self, mem: &mut Mem, frames: &[TxFrame]) -> (Expect<usize>, u64) {
+    /// tx, as the spec says it goes. Returns the frames sent, the bytes counted, and how many
+    /// of the frames sent were streamed (none when the burst broke the protocol).
+    fn model_tx(&mut self, mem: &mut Mem, frames: &[TxFrame]) -> (Expect<usize>, u64, u64) {
         if self.m.tx_dead {
-            return (Ok(0), 0);
+            return (Ok(0), 0, 0);
         }
         let ring = self.tx_ring_off();
         let size = self.size;
         let mut bytes = 0u64;
         let mut sent = 0;
+        let mut streamed = 0;
+        let streams = |f: &TxFrame, room: u32| {
+            u64::from(f.one_seg && f.bytes.len() <= STREAM_MAX && f.bytes.len() <= room as usize)
+        };
         if self.is_client() {
             let (own, seen) = (self.m.tx_own, self.m.tx_seen);
             // The server's tail, checked against our last one and our published head: read
@@ -534,7 +547,7 @@ impl Harness {
             if self.kind == Kind::ClientZeroCopy {
                 match read_tail(&mut self.m, mem) {
                     Ok(tail) => free = size - own.wrapping_sub(tail),
-                    Err(e) => return (Err(e), 0),
+                    Err(e) => return (Err(e), 0, 0),
                 }
                 tail_read = true;
             }
@@ -559,13 +572,14 @@ impl Harness {
                     if slots > free as usize && !tail_read {
                         match read_tail(&mut self.m, mem) {
                             Ok(tail) => free = size - head.wrapping_sub(tail),
-                            Err(e) => return (Err(e), 0),
+                            Err(e) => return (Err(e), 0, 0),
                         }
                         tail_read = true;
                     }
                     if slots > free as usize {
                         break;
                     }
+                    streamed += streams(f, self.bsize);
                     for k in 0..slots {
                         let off = self.base(ring) + (head & self.mask) as usize * b;
                         let chunk =
@@ -595,7 +609,7 @@ impl Harness {
             let head = mem.u16(ring + HEAD);
             let avail = head.wrapping_sub(own);
             if avail > size {
-                return (Err("Ring head out of range"), 0);
+                return (Err("Ring head out of range"), 0, 0);
             }
             let mut used: u16 = 0;
             'frames: for f in frames.iter().take(MAX_BURST) {
@@ -609,10 +623,13 @@ impl Harness {
                     let d = mem.desc(ring, self.mask, slot);
                     let k = (len - done).min(d.length as usize);
                     let Some(dst) = mem.range(d) else {
-                        return (Err("Descriptor outside its region"), bytes);
+                        return (Err("Descriptor outside its region"), bytes, 0);
                     };
                     if k == 0 && len > done {
-                        return (Err("Descriptor with no room"), bytes);
+                        return (Err("Descriptor with no room"), bytes, 0);
+                    }
+                    if slots == 0 {
+                        streamed += streams(f, d.length);
                     }
                     dst[..k].copy_from_slice(&f.bytes[done..done + k]);
                     done += k;
@@ -637,7 +654,7 @@ impl Harness {
                 mem.set_u16(ring + TAIL, self.m.tx_own);
             }
         }
-        (Ok(sent), bytes)
+        (Ok(sent), bytes, streamed)
     }
 
     // ---- bursts, checked against the model ---------------------------------------------------
@@ -783,10 +800,11 @@ impl Harness {
                 bytes: m.to_vec(),
                 zc_offset: (self.kind == Kind::ClientZeroCopy && m.nb_segs() == 1)
                     .then(|| m.region_offset() as u32),
+                one_seg: m.nb_segs() == 1,
             })
             .collect();
         let mut mem = self.snapshot();
-        let (expect, bytes) = self.model_tx(&mut mem, &frames);
+        let (expect, bytes, streamed) = self.model_tx(&mut mem, &frames);
         let before = pkts.len();
         let n = self.tx.tx_burst(&mut pkts);
         assert_eq!(before - pkts.len(), n, "tx removes what it sent");
@@ -795,6 +813,7 @@ impl Harness {
             Ok(sent) => {
                 assert_eq!(n, sent, "tx: frames sent");
                 self.m.tx_stats.packets += sent as u64;
+                self.m.tx_stats.tuned += streamed;
                 self.frames_tx += sent as u64;
                 self.check_broken(None, "tx");
             }
