@@ -17,9 +17,9 @@ pub struct QueueStats {
     /// Frames moved the way a [`Tuner`](crate::tuner::Tuner) chooses: received frames whose
     /// lines an rx queue flushed from our caches once it had copied them
     /// ([`FlushTuner`](crate::flush::FlushTuner)); short frames a tx queue wrote into its
-    /// peer's buffers with streaming stores ([`StreamTuner`](crate::stream::StreamTuner); a
-    /// vhost split ring's always, a packed ring's while its tuner streams). 0 for queues that
-    /// do neither.
+    /// peer's buffers with streaming stores while its tuner streams
+    /// ([`StreamTuner`](crate::stream::StreamTuner), vhost's `Tuner`). 0 for queues that do
+    /// neither.
     pub tuned: u64,
     /// Times the queue's tuner changed its way.
     pub tuner_switches: u64,

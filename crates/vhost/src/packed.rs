@@ -295,9 +295,8 @@ impl<M: RingMemory> Vring for PackedRing<M> {
     /// p20/p50/p80 over 8): 32 at 64 B 0.77/0.86/1.01; 16 at 64 B 0.83/0.85/0.88, at 512 B
     /// 0.98/1.08/1.18; 4 at 64 B 0.74/0.89/0.99.
     const ENQ_BATCH: usize = 8;
-    /// None always: streamed as the split ring's (which see), 64 B lost, 0.81/0.85/0.96.
-    const STREAM_MAX: usize = 0;
-    /// The split ring's 128 bytes, while they move more. A fresh DPDK virtio-user frontend
+    /// The split ring's 128 bytes, while they move more (always streamed, as the split ring's
+    /// were once, 64 B lost 0.81/0.85/0.96 in a session on the AMD host). A fresh DPDK virtio-user frontend
     /// posts its buffers in address order (its pool's, kept by the last-in first-out cache as
     /// long as every burst is a full 32), and while that order lasts a plain store of each
     /// frame's line waits for the driver's core to give it up: timed per frame inside a batch

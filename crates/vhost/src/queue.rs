@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
-use memnic_ethdev::tuner::{Mode, Tuner};
+use memnic_ethdev::stream::{StreamMode, StreamTuner};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
 
@@ -805,23 +805,23 @@ pub struct VhostTxQueue {
     /// With MRG_RXBUF: the chains of a frame that spans several.
     spans: Vec<Span>,
     /// Whether an enqueue streams its short frames ([`Vring::STREAM_TUNED`]).
-    stream: Tuner,
+    stream: StreamTuner,
 }
 
 impl VhostTxQueue {
-    /// `stream`: whether enqueue streams short frames into a packed ring's buffers
+    /// `stream`: whether enqueue streams short frames into the guest's buffers
     /// ([`Vring::STREAM_TUNED`]).
     pub fn new(
         gate: GateMember,
         slot: Arc<VringSlot>,
         cache: PoolCache,
         cell: Arc<StatsCell>,
-        stream: Mode,
+        stream: StreamMode,
     ) -> Self {
         VhostTxQueue {
             core: Core::new(gate, slot, cache, cell),
             spans: Vec::new(),
-            stream: Tuner::new(stream),
+            stream: StreamTuner::new(stream),
         }
     }
 }
@@ -862,7 +862,7 @@ fn enqueue<V: Vring>(
     r: &V,
     c: &VringConn,
     s: &mut State,
-    stream: &mut Tuner,
+    stream: &mut StreamTuner,
     slot: &VringSlot,
     spans: &mut Vec<Span>,
     pkts: &[Mbuf],
@@ -877,13 +877,9 @@ fn enqueue<V: Vring>(
     let mut res = Ok(());
     let limit = pkts.len().min(MAX_BURST);
     // Frames up to this length go out with streaming stores.
-    let stream_max = if stream.on() {
-        V::STREAM_MAX.max(V::STREAM_TUNED)
-    } else {
-        V::STREAM_MAX
-    };
-    // Whether a frame went out with streaming stores, which the publish must be fenced after.
-    let mut streamed = false;
+    let stream_max = if stream.on() { V::STREAM_TUNED } else { 0 };
+    // Frames that went out with streaming stores, which the publish must be fenced after.
+    let mut streamed = 0u32;
     // Each batch's chains and the ranges of their pieces in `s.batch` (only `..nb` is read).
     let mut placed = [(crate::vring::Chain { id: 0, descs: 0 }, 0u32, 0u32); MAX_ENQ_BATCH];
     // A disabled rx ring gets nothing.
@@ -924,8 +920,7 @@ fn enqueue<V: Vring>(
             if streamed_bytes(m, stream_max)
                 .is_some_and(|src| stream_frame(&c.mem, pieces, c.hdr_len, src))
             {
-                streamed = true;
-                s.stats.tuned += 1;
+                streamed += 1;
             } else {
                 write_pieces(&c.mem, pieces, c.hdr_len, m, 0, m.len());
             }
@@ -968,14 +963,14 @@ fn enqueue<V: Vring>(
         }
     }
     s.last_avail = V::cursor_pos(&cur);
-    if streamed {
+    if streamed > 0 {
         // Before used.idx (or a used flag) says the frames are there.
         memnic_shm::store_fence();
     }
     publish(r, c, s, used, entries, false);
-    if V::STREAM_TUNED > V::STREAM_MAX {
-        stream.polled(sent as u16);
-        s.stats.tuner_switches = stream.switches();
+    if V::STREAM_TUNED > 0 {
+        stream.polled(sent as u16, streamed);
+        stream.record(&mut s.stats);
     }
     (sent, res)
 }
@@ -999,8 +994,8 @@ fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize
 }
 
 /// The bytes an enqueue batch writes with streaming stores: a one-segment frame of private
-/// memory, up to `max` bytes ([`Vring::STREAM_MAX`], or [`Vring::STREAM_TUNED`] while the
-/// queue's tuner streams; [`stream_frame`] still falls back when the buffer is short).
+/// memory, up to `max` bytes ([`Vring::STREAM_TUNED`] while the queue's tuner streams, else 0:
+/// none; [`stream_frame`] still falls back when the buffer is short).
 #[inline(always)]
 fn streamed_bytes(m: &Mbuf, max: usize) -> Option<&[u8]> {
     m.frame_slice().filter(|s| max > 0 && s.len() <= max)

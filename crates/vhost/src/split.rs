@@ -235,18 +235,22 @@ impl<M: RingMemory> Vring for SplitRing<M> {
     /// (slow state 6.5 -> 6.8, median 6.9 -> 8.4 Mpps), 512 B 1.14/1.26/1.54, 1518 B
     /// 1.06 at p50; 16 instead of 32: 64 B 0.90, 1518 B 0.99 at p50.
     const ENQ_BATCH: usize = 32;
-    /// Two lines. DPDK's virtio PMD reads each frame's first bytes (its multicast counters),
-    /// so every frame's line is shared when the next lap writes it, and a plain store waits
-    /// for the other core to give it up: a perf of the slow state put the copy's stores first,
-    /// and leaving the copy out (a diagnostic) took 64 B from 6.5 to 15.6 Mpps. Streamed,
-    /// the stores wait for nothing. A/B in one sitting (in-process flip of ~250-ms windows,
-    /// our txonly -> virtio-user rxonly, streamed/plain p20/p50/p80): 64 B 1.16/2.00/2.13
-    /// (slow state 7.2 -> 14.8 Mpps, fast 19.9 -> 23.4) and 1.06/1.14/1.19 (fast), 128 B
-    /// 1.21/1.40/1.48; longer frames lose memory bandwidth: 256 B 0.82/1.16/1.23 (fast state
-    /// 23.5 -> 19.0), 512 B 0.78/0.95/1.09, 1518 B 0.18/0.20/0.23.
-    const STREAM_MAX: usize = 128;
-    /// None past those: they always stream.
-    const STREAM_TUNED: usize = 0;
+    /// Two lines, while they move more. DPDK's virtio PMD reads each frame's first bytes (its
+    /// multicast counters), so every frame's line is shared when the next lap writes it, and a
+    /// plain store waits for the other core to give it up: on the AMD EPYC host of the early
+    /// sessions a perf of the slow state put the copy's stores first, and leaving the copy out
+    /// (a diagnostic) took 64 B from 6.5 to 15.6 Mpps. Streamed, the stores wait for nothing.
+    /// A/B there (in-process flip of ~250-ms windows, our txonly -> virtio-user rxonly,
+    /// streamed/plain p20/p50/p80): 64 B 1.16/2.00/2.13 (slow state 7.2 -> 14.8 Mpps, fast
+    /// 19.9 -> 23.4) and 1.06/1.14/1.19 (fast), 128 B 1.21/1.40/1.48; longer frames lose
+    /// memory bandwidth: 256 B 0.82/1.16/1.23 (fast state 23.5 -> 19.0), 512 B 0.78/0.95/1.09,
+    /// 1518 B 0.18/0.20/0.23. On the Intel Xeon host of session 39 streaming lost, so the
+    /// queue's tuner tries both (it was always on): `bench vhost --rings split --dirs enq
+    /// --interleave`, `--devargs tx-stream=on` (as before) against the tuned default,
+    /// alternating, three runs each, Mpps p50 (over DPDK's backend): 64 B on 20.63 20.07 19.90
+    /// (1.34 1.31 1.34), tuned 23.79 23.90 24.33 (1.57 1.63 1.67); 128 B on 20.62 20.14 19.99
+    /// (1.40 1.39 1.42), tuned 22.95 23.18 23.68 (1.61 1.61 1.74).
+    const STREAM_TUNED: usize = 128;
     /// The line of the frame's first byte only (as before, also where the frame starts
     /// mid-line): four lines, as the packed ring takes, lost here (in-process flip as for the
     /// packed ring's, four lines / one, p20/p50/p80: 512 B 0.96/0.98/1.00, 768 B

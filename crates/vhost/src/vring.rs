@@ -249,11 +249,8 @@ pub trait Vring {
     const ENQ_BATCH: usize;
     /// The longest frame an enqueue batch writes with streaming stores
     /// ([`memnic_shm::Region::write_bytes_streaming`], one store fence before the burst is
-    /// published); 0 for none. Each ring measured its own (see the impls).
-    const STREAM_MAX: usize;
-    /// The longest frame an enqueue batch writes with streaming stores while the queue's
-    /// tuner finds that this moves more frames (`memnic_ethdev::tuner`); at most
-    /// [`Vring::STREAM_MAX`] for none. Each ring measured its own (see the impls).
+    /// published) while the queue's tuner finds that this moves more frames
+    /// (`memnic_ethdev::stream`); 0 for none. Each ring measured its own (see the impls).
     const STREAM_TUNED: usize;
     /// Bytes of a dequeued frame longer than the whole-frame prefetch (`PREFETCH_WHOLE` in
     /// `queue`) asked for when its chain is taken: its first line to L1, the rest to L2. Each
