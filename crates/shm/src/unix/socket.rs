@@ -585,23 +585,9 @@ impl SeqpacketConn {
         let sender = self.sender;
         let cut = flags & libc::MSG_CTRUNC != 0;
         if !cut {
-            // Taken (the end of the stream takes nothing): a byte of room is enough, the
-            // rest of a SEQPACKET message goes with it.
-            let mut rest = [0u8; 1];
-            let take = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
-            loop {
-                match recv_with_fds(self.fd.as_fd(), &mut rest, take, &mut []) {
-                    Ok((_, more, _, _)) => {
-                        // No room was given: nothing can have been installed.
-                        more.into_iter().for_each(|f| dispose_from(f, sender));
-                        break;
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                    Err(e) => {
-                        fds.into_iter().for_each(|f| dispose_from(f, sender));
-                        return Err(os_err("receive a message on", "a SEQPACKET socket", e));
-                    }
-                }
+            if let Err(e) = take_peeked(self.fd.as_fd(), sender) {
+                fds.into_iter().for_each(|f| dispose_from(f, sender));
+                return Err(os_err("receive a message on", "a SEQPACKET socket", e));
             }
         }
         let mut truncated = cut || flags & libc::MSG_TRUNC != 0;
@@ -667,6 +653,35 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> Result<PeerCred> {
 /// One `recvmsg` on `fd` into `buf` with `flags`, taking every descriptor it carries (owned
 /// from the start, whatever the caller then decides; other control messages are skipped):
 /// the bytes received, the descriptors and the message flags.
+/// Takes the message [`SeqpacketConn::recv`] looked at (the end of the stream takes nothing)
+/// with no room for descriptors: a byte of room is enough, the rest of a SEQPACKET message goes
+/// with it, and its descriptors are released while the look's copies hold them.
+///
+/// A peer that closes with our messages unread in its queue leaves a reset on our socket, which
+/// the next receive reports before the messages still queued; when that close falls between the
+/// look and this take, the take reports it and takes the message on its next try (without the
+/// retry the message the look found, the peer's last, was lost: a DISCONNECT's reason, seen
+/// under load by memif's fd-flood test).
+fn take_peeked(fd: BorrowedFd<'_>, sender: Sender) -> io::Result<()> {
+    let mut rest = [0u8; 1];
+    let take = libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
+    let mut reset_seen = false;
+    loop {
+        match recv_with_fds(fd, &mut rest, take, &mut []) {
+            Ok((_, more, _, _)) => {
+                // No room was given: nothing can have been installed.
+                more.into_iter().for_each(|f| dispose_from(f, sender));
+                return Ok(());
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) && !reset_seen => {
+                reset_seen = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn recv_with_fds(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
@@ -998,6 +1013,31 @@ mod tests {
         let mut buf = [0u8; 64];
         let got = a.recv(&mut buf).unwrap();
         assert_eq!(&buf[..got.len], b"goodbye");
+        assert!(a.recv(&mut buf).unwrap().is_eof());
+    }
+
+    /// The same when the peer closes between our look at its last message and our take of
+    /// it: the take meets the reset and takes the message on its next try.
+    #[test]
+    fn a_reset_between_the_look_and_the_take_loses_no_message() {
+        let (a, b) = SeqpacketConn::pair().unwrap();
+        a.send(b"unread by b", &[]).unwrap();
+        b.send(b"goodbye", &[]).unwrap();
+        b.send(b"after", &[]).unwrap();
+        let mut buf = [0u8; 64];
+        let look = libc::MSG_PEEK | libc::MSG_CMSG_CLOEXEC;
+        let (n, _, _, _) = recv_with_fds(a.as_fd(), &mut buf, look, &mut []).unwrap();
+        assert_eq!(&buf[..n], b"goodbye");
+        // b's close (on a closer thread: its queue holds our message) leaves the reset on `a`.
+        drop(b);
+        assert!(crate::unix::closes_done_within(Duration::from_secs(10)));
+        take_peeked(a.as_fd(), a.sender()).unwrap();
+        let got = a.recv(&mut buf).unwrap();
+        assert_eq!(
+            &buf[..got.len],
+            b"after",
+            "the look's message was taken, once"
+        );
         assert!(a.recv(&mut buf).unwrap().is_eof());
     }
 
