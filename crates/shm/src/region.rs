@@ -859,7 +859,7 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     // Up to 128 bytes in straight-line moves that may overlap each other (a memcpy call, or a
     // loop, spent more on getting there than on the moves at these sizes). Longer copies pay
     // one compare before our forward loop, two before memcpy.
-    if len > FORWARD_MIN {
+    if len > FORWARD_MIN && forward_copies() {
         // SAFETY: as guaranteed by the caller; FORWARD_MIN >= 128.
         unsafe { copy_forward(src, dst, len) };
     } else if len > 128 {
@@ -891,9 +891,10 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-/// Copies longer than this go front to back in [`copy_forward`], not through `memcpy`.
+/// Copies longer than this go front to back in [`copy_forward`], not through `memcpy`, on the
+/// CPUs where that was measured to win ([`forward_copies`]).
 ///
-/// glibc's `memcpy` (its AVX-512 variant on this EPYC) moves more than 512 bytes in a loop that
+/// glibc's `memcpy` (its AVX-512 variant on the AMD EPYC host of the early sessions) moves more than 512 bytes in a loop that
 /// first loads the last 256 bytes, and copies backwards, from the end, when source and
 /// destination sit at nearly the same offset in their 4-KiB pages (within 256 bytes: its guard
 /// against 4K aliasing), which buffers of equal size in two pools often do (one pair in 16 for
@@ -930,6 +931,38 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
 /// only its first 256 bytes had (memif copy mode, ours <-> ours, slow 0.73/0.74/0.75: 8.2 ->
 /// 6.0 Mpps; with a prefetch of the source 512 bytes ahead of the loop still 0.70).
 pub(crate) const FORWARD_MIN: usize = 1024;
+
+/// Whether copies past [`FORWARD_MIN`] take [`copy_forward`]: on AMD CPUs, where it won (the
+/// table at [`FORWARD_MIN`], the AMD EPYC host); elsewhere `memcpy`, which won on the Intel
+/// Xeon host of session 39 (glibc's AVX-512 `memmove` there too). A/B in one sitting there,
+/// forward loop / memcpy, Mpps p50 at 1518 B, two alternating runs each: memnic-tester's
+/// `memnic` variant 1.98 2.45 / 3.03 2.98 (0.79 0.88 / 1.10 1.08 of `2014-after`); memif our
+/// server <- our client 7.75 8.48 / 8.87 8.94, our server <- DPDK's client 7.67 7.41 / 8.04
+/// 7.59, DPDK's server <- our client 6.18 6.34 / 6.29 6.49; MEMNIC host -> guest 5.15 5.97 /
+/// 6.47 6.81, guest -> host 6.03 6.68 / 6.67 6.44; vhost (our backend, DPDK's virtio-user)
+/// split dequeue 7.41 7.69 / 8.02 7.68, split enqueue 12.16 11.76 / 11.01 11.98 (the one
+/// mixed cell), packed dequeue 8.05 7.91 / 9.58 8.11, packed enqueue 10.90 11.49 / 11.83
+/// 12.02. Decided once per process (CPUID's vendor).
+#[inline(always)]
+fn forward_copies() -> bool {
+    static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AMD.get_or_init(cpu_is_amd)
+}
+
+/// Whether CPUID says "AuthenticAMD".
+fn cpu_is_amd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        let mut vendor = [0u8; 12];
+        vendor[..4].copy_from_slice(&id.ebx.to_le_bytes());
+        vendor[4..8].copy_from_slice(&id.edx.to_le_bytes());
+        vendor[8..].copy_from_slice(&id.ecx.to_le_bytes());
+        &vendor == b"AuthenticAMD"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
 
 /// Copies `len` bytes (more than 128) front to back: 128 bytes a step, and the last 128 bytes
 /// once more, overlapping, for a length that is not a multiple of 128 ([`FORWARD_MIN`] says
@@ -1343,6 +1376,40 @@ mod tests {
                 dst[1 + len..].iter().all(|&b| b == 0xee),
                 "len {len}: bytes after"
             );
+        }
+    }
+
+    /// The forward loop itself (whichever way this CPU's long copies go): exactly its bytes at
+    /// every length past 128, with and without its overlapping last step.
+    #[test]
+    fn the_forward_copy_copies_exactly_len_bytes() {
+        let src: Vec<u8> = (0..2300u32).map(|i| (i * 7 + 1 + i / 251) as u8).collect();
+        for len in (129..=600).chain(1020..=1100).chain(2040..=2200) {
+            let mut dst = vec![0xeeu8; 2300];
+            // SAFETY: both buffers hold len + 1 bytes from offset 1; distinct allocations;
+            // len > 128.
+            unsafe { copy_forward(src.as_ptr().add(1), dst.as_mut_ptr().add(1), len) };
+            assert_eq!(dst[0], 0xee, "len {len}: byte before");
+            assert_eq!(&dst[1..1 + len], &src[1..1 + len], "len {len}");
+            assert!(
+                dst[1 + len..].iter().all(|&b| b == 0xee),
+                "len {len}: bytes after"
+            );
+        }
+    }
+
+    /// Long copies go front to back on AMD CPUs only, as /proc/cpuinfo names the vendor.
+    #[test]
+    fn long_copies_go_forward_on_amd_cpus_only() {
+        let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+            return;
+        };
+        let vendor = info
+            .lines()
+            .find_map(|l| l.strip_prefix("vendor_id"))
+            .map(|v| v.trim_start_matches([' ', '\t', ':']).trim());
+        if let Some(vendor) = vendor {
+            assert_eq!(forward_copies(), vendor == "AuthenticAMD", "{vendor}");
         }
     }
 
