@@ -68,11 +68,7 @@ impl FlushTuner {
 /// A port's extended counters for its receive queues' flushing, summed over `rx` (each
 /// queue's counters): frames flushed, and changes of way.
 pub fn xstats(rx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (mut flushed, mut switches) = (0, 0);
-    for q in rx {
-        flushed += q.tuned;
-        switches += q.tuner_switches;
-    }
+    let (flushed, switches) = crate::tuner::sums(rx);
     [
         ("rx_flushed_packets", flushed),
         ("rx_flush_switches", switches),

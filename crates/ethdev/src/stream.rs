@@ -60,11 +60,7 @@ impl StreamTuner {
 /// A port's extended counters for its transmit queues' streaming, summed over `tx` (each
 /// queue's counters): frames streamed, and changes of way.
 pub fn xstats(tx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (mut streamed, mut switches) = (0, 0);
-    for q in tx {
-        streamed += q.tuned;
-        switches += q.tuner_switches;
-    }
+    let (streamed, switches) = crate::tuner::sums(tx);
     [
         ("tx_streamed_packets", streamed),
         ("tx_stream_switches", switches),

@@ -187,6 +187,14 @@ impl Tuner {
     }
 }
 
+/// The queues' `tuned` and `tuner_switches`, each summed (what a port's extended counters for
+/// one tuned choice report).
+pub(crate) fn sums(queues: impl IntoIterator<Item = crate::QueueStats>) -> (u64, u64) {
+    queues.into_iter().fold((0, 0), |(tuned, switches), q| {
+        (tuned + q.tuned, switches + q.tuner_switches)
+    })
+}
+
 /// A port's extended counters for its tuned choices: its receive queues' flushing
 /// ([`crate::flush::xstats`] over `rx`) and its transmit queues' streaming
 /// ([`crate::stream::xstats`] over `tx`).

@@ -1365,11 +1365,20 @@ mod tests {
     /// copies exactly its bytes and touches nothing past them.
     #[test]
     fn copy_bytes_copies_exactly_len_bytes_at_every_length() {
+        let lens = (0..=260).chain(500..=1100).chain(2040..=2200);
+        // SAFETY: `copies_exactly` passes ranges as copy_bytes requires.
+        copies_exactly(lens, |s, d, len| unsafe { copy_bytes(s, d, len) });
+    }
+
+    /// Runs `copy` from offset 1 of a 2300-byte pattern into offset 1 of a buffer of 0xee for
+    /// each length of `lens` (at most 2299): exactly the length's bytes are copied, nothing
+    /// before or after them is touched. `copy` gets two distinct allocations, each valid for
+    /// the length from its pointer.
+    fn copies_exactly(lens: impl Iterator<Item = usize>, copy: impl Fn(*const u8, *mut u8, usize)) {
         let src: Vec<u8> = (0..2300u32).map(|i| (i * 7 + 1 + i / 251) as u8).collect();
-        for len in (0..=260).chain(500..=1100).chain(2040..=2200) {
+        for len in lens {
             let mut dst = vec![0xeeu8; 2300];
-            // SAFETY: both buffers hold len + 1 bytes from offset 1; distinct allocations.
-            unsafe { copy_bytes(src.as_ptr().add(1), dst.as_mut_ptr().add(1), len) };
+            copy(src[1..].as_ptr(), dst[1..].as_mut_ptr(), len);
             assert_eq!(dst[0], 0xee, "len {len}: byte before");
             assert_eq!(&dst[1..1 + len], &src[1..1 + len], "len {len}");
             assert!(
@@ -1383,19 +1392,9 @@ mod tests {
     /// every length past 128, with and without its overlapping last step.
     #[test]
     fn the_forward_copy_copies_exactly_len_bytes() {
-        let src: Vec<u8> = (0..2300u32).map(|i| (i * 7 + 1 + i / 251) as u8).collect();
-        for len in (129..=600).chain(1020..=1100).chain(2040..=2200) {
-            let mut dst = vec![0xeeu8; 2300];
-            // SAFETY: both buffers hold len + 1 bytes from offset 1; distinct allocations;
-            // len > 128.
-            unsafe { copy_forward(src.as_ptr().add(1), dst.as_mut_ptr().add(1), len) };
-            assert_eq!(dst[0], 0xee, "len {len}: byte before");
-            assert_eq!(&dst[1..1 + len], &src[1..1 + len], "len {len}");
-            assert!(
-                dst[1 + len..].iter().all(|&b| b == 0xee),
-                "len {len}: bytes after"
-            );
-        }
+        let lens = (129..=600).chain(1020..=1100).chain(2040..=2200);
+        // SAFETY: `copies_exactly` passes ranges as copy_forward requires; every len > 128.
+        copies_exactly(lens, |s, d, len| unsafe { copy_forward(s, d, len) });
     }
 
     /// Long copies go front to back on AMD CPUs only, as /proc/cpuinfo names the vendor.

@@ -968,10 +968,8 @@ fn enqueue<V: Vring>(
         memnic_shm::store_fence();
     }
     publish(r, c, s, used, entries, false);
-    if V::STREAM_TUNED > 0 {
-        stream.polled(sent as u16, streamed);
-        stream.record(&mut s.stats);
-    }
+    stream.polled(sent as u16, streamed);
+    stream.record(&mut s.stats);
     (sent, res)
 }
 
