@@ -9,7 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::dpdk::{dpdk, dpdk_forwarding, dpdk_totals, have_dpdk, n, stop_dpdk, Sock};
+use common::dpdk::{
+    dpdk, dpdk_forwarding, dpdk_totals, have_dpdk, n, ours_while_dpdk_forwards, stop_dpdk, Sock,
+};
 use common::json_of;
 
 const SIZES: [usize; 3] = [64, 1518, 9000];
@@ -77,14 +79,12 @@ fn poll_our_server_with_dpdk_client_both_directions() {
                 &s,
                 "--mbuf-size",
                 "10240",
-                "--duration",
-                "4",
                 "--json",
             ]);
             // A DPDK client does not retry: wait for our listener.
             common::wait_for_path(&sock.0, Duration::from_secs(20));
             let txp = dpdk_txpkts(size);
-            let peer = dpdk(
+            let mut peer = dpdk(
                 "c",
                 1,
                 &format!(
@@ -95,7 +95,8 @@ fn poll_our_server_with_dpdk_client_both_directions() {
                 &[],
                 &[&txp],
             );
-            let out = ours.wait(Duration::from_secs(30));
+            // Four seconds: at least one of DPDK's statistics prints falls inside them.
+            let out = ours_while_dpdk_forwards(ours, &mut peer, 4);
             std::thread::sleep(Duration::from_millis(200));
             let d = stop_dpdk(peer);
             let j = json_of(&out);
@@ -140,8 +141,6 @@ fn poll_dpdk_clients_reach_two_interfaces_on_one_socket_by_id() {
         &dev1,
         "--forward-mode",
         "rxonly",
-        "--duration",
-        "5",
         "--json",
     ]);
     common::wait_for_path(&sock.0, Duration::from_secs(20));
@@ -149,7 +148,7 @@ fn poll_dpdk_clients_reach_two_interfaces_on_one_socket_by_id() {
         "--vdev=net_memif1,role=client,socket={},socket-abstract=no,id=1,secret=opensesame",
         sock.0
     );
-    let peer = dpdk(
+    let mut peer = dpdk(
         "ids",
         1,
         &format!(
@@ -160,7 +159,7 @@ fn poll_dpdk_clients_reach_two_interfaces_on_one_socket_by_id() {
         &[&second],
         &["--txpkts=64"],
     );
-    let out = ours.wait(Duration::from_secs(30));
+    let out = ours_while_dpdk_forwards(ours, &mut peer, 4);
     let _ = stop_dpdk(peer);
     let j = json_of(&out);
     for port in 0..2 {
@@ -241,12 +240,10 @@ fn poll_dpdk_zero_copy_client_to_our_server() {
         &dev,
         "--forward-mode",
         "rxonly",
-        "--duration",
-        "4",
         "--json",
     ]);
     common::wait_for_path(&sock.0, Duration::from_secs(20));
-    let peer = dpdk(
+    let mut peer = dpdk(
         "zc",
         1,
         &format!(
@@ -257,7 +254,7 @@ fn poll_dpdk_zero_copy_client_to_our_server() {
         &["--single-file-segments"],
         &["--txpkts=64"],
     );
-    let out = ours.wait(Duration::from_secs(30));
+    let out = ours_while_dpdk_forwards(ours, &mut peer, 4);
     let _ = stop_dpdk(peer);
     let j = json_of(&out);
     assert!(n(&j, "rx_packets") > 1000, "{j}");

@@ -11,7 +11,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::dpdk::{dpdk, dpdk_forwarding, dpdk_totals, have_dpdk, n, stop_dpdk, Sock};
+use common::dpdk::{
+    dpdk, dpdk_forwarding, dpdk_totals, have_dpdk, n, ours_while_dpdk_forwards, stop_dpdk, Sock,
+};
 use common::{json_of, Proc};
 
 /// DPDK's testpmd on CPU 0 as virtio-user on `sock` (`opts`: more of its devargs, each with a
@@ -28,19 +30,10 @@ fn virtio_user(tag: &str, sock: &str, opts: &str, mode: &str) -> Proc {
     )
 }
 
-/// Our testpmd on CPU 1 with one vhost port.
-fn ours(dev: &str, mode: &str, size: usize, secs: u32, extra: &[&str]) -> Proc {
-    let (size, secs) = (size.to_string(), secs.to_string());
-    let mut args = vec![
-        "--txpkts",
-        &size,
-        "--mbuf-size",
-        "10240",
-        "--duration",
-        &secs,
-        "--json",
-    ];
-    args.extend_from_slice(extra);
+/// Our testpmd on CPU 1 with one vhost port, until interrupted.
+fn ours(dev: &str, mode: &str, size: usize) -> Proc {
+    let size = size.to_string();
+    let args = ["--txpkts", &size, "--mbuf-size", "10240", "--json"];
     common::testpmd(1, dev, mode, &args)
 }
 
@@ -60,7 +53,7 @@ fn poll_virtio_user_sends_to_our_backend() {
     ] {
         let sock = Sock::new(&format!("vu-tx-{size}"));
         let dev = format!("vhost0,iface={},rx-flush={flush}", sock.0);
-        let me = ours(&dev, "rxonly", size, 5, &[]);
+        let me = ours(&dev, "rxonly", size);
         common::wait_for_path(&sock.0, Duration::from_secs(10));
         let txp = format!("--txpkts={size}");
         let mut peer = dpdk(
@@ -71,8 +64,7 @@ fn poll_virtio_user_sends_to_our_backend() {
             &["--single-file-segments"],
             &[&txp],
         );
-        dpdk_forwarding(&mut peer);
-        let j = json_of(&me.wait(Duration::from_secs(30)));
+        let j = json_of(&ours_while_dpdk_forwards(me, &mut peer, 5));
         let d = stop_dpdk(peer);
         let (_, dtx) = dpdk_totals(&d);
         let rx = n(&j, "rx_packets");
@@ -107,11 +99,10 @@ fn poll_our_backend_sends_to_virtio_user() {
         (9000, ",packed_vq=1,mrg_rxbuf=1"),
     ] {
         let sock = Sock::new(&format!("vu-rx-{size}"));
-        let me = ours(&format!("vhost0,iface={}", sock.0), "txonly", size, 5, &[]);
+        let me = ours(&format!("vhost0,iface={}", sock.0), "txonly", size);
         common::wait_for_path(&sock.0, Duration::from_secs(10));
         let mut peer = virtio_user("vurx", &sock.0, opts, "rxonly");
-        dpdk_forwarding(&mut peer);
-        let j = json_of(&me.wait(Duration::from_secs(30)));
+        let j = json_of(&ours_while_dpdk_forwards(me, &mut peer, 5));
         std::thread::sleep(Duration::from_millis(200));
         let d = stop_dpdk(peer);
         let (drx, _) = dpdk_totals(&d);
@@ -408,12 +399,7 @@ fn poll_rx_interrupt_sleeps_while_idle_and_wakes_for_traffic() {
 fn rx_interrupt(opts: &str) {
     let sock = Sock::new("vu-irq");
     let dev = format!("vhost0,iface={}", sock.0);
-    let me = common::testpmd(
-        1,
-        &dev,
-        "rxonly",
-        &["--rx-interrupt", "--duration", "12", "--json"],
-    );
+    let me = common::testpmd(1, &dev, "rxonly", &["--rx-interrupt", "--json"]);
     common::wait_for_path(&sock.0, Duration::from_secs(10));
     let mut idle = virtio_user("vuirq", &sock.0, opts, "rxonly");
     dpdk_forwarding(&mut idle);
@@ -429,10 +415,8 @@ fn rx_interrupt(opts: &str) {
     );
     std::thread::sleep(Duration::from_millis(300));
     let mut busy = virtio_user("vuirq", &sock.0, opts, "txonly");
-    dpdk_forwarding(&mut busy);
-    std::thread::sleep(Duration::from_secs(2));
+    let j = json_of(&ours_while_dpdk_forwards(me, &mut busy, 2));
     drop(busy);
-    let j = json_of(&me.wait(Duration::from_secs(30)));
     assert!(n(&j, "rx_packets") > 10_000, "{opts}: {j}");
     assert_eq!(n(&j, "rx_errors"), 0, "{opts}: {j}");
 }
@@ -466,8 +450,6 @@ fn two_queue_pairs(opts: &str) {
         &format!("vhost0,iface={},queues=2", sock.0),
         "--forward-mode",
         "rxonly",
-        "--duration",
-        "6",
         "--json",
     ]);
     common::wait_for_path(&sock.0, Duration::from_secs(10));
@@ -479,8 +461,7 @@ fn two_queue_pairs(opts: &str) {
         &["--single-file-segments"],
         &["--rxq=2", "--txq=2"],
     );
-    dpdk_forwarding(&mut peer);
-    let j = json_of(&me.wait(Duration::from_secs(30)));
+    let j = json_of(&ours_while_dpdk_forwards(me, &mut peer, 4));
     drop(peer);
     let per_lcore: Vec<u64> = j["lcores"]
         .as_array()

@@ -109,6 +109,16 @@ pub fn dpdk_forwarding(p: &mut Proc) {
     p.wait_for_line("packet forwarding - ports=", Duration::from_secs(60));
 }
 
+/// Lets our `ours` (started without `--duration`) run `secs` seconds once DPDK's `peer`
+/// forwards, then interrupts it and returns its output. The time counts from DPDK's start, not
+/// ours: on a busy machine DPDK can take longer to start than our whole run would last.
+pub fn ours_while_dpdk_forwards(ours: Proc, peer: &mut Proc, secs: u64) -> std::process::Output {
+    dpdk_forwarding(peer);
+    std::thread::sleep(Duration::from_secs(secs));
+    ours.interrupt();
+    ours.wait(Duration::from_secs(30))
+}
+
 pub fn stop_dpdk(p: Proc) -> std::process::Output {
     p.interrupt();
     p.wait(Duration::from_secs(20))
