@@ -695,6 +695,21 @@ impl Region {
         Ok(())
     }
 
+    /// The `N` bytes at `offset` (any alignment), copied out by value: a short fixed-size read
+    /// the compiler keeps in registers. [`Region::read_bytes`] into a local array of 9-15 bytes
+    /// goes through two overlapping stores to the stack, and a compare that loads across both
+    /// waits for them to retire (a failed store forward on every read).
+    ///
+    /// As with `read_bytes`, a peer writing concurrently only changes which bytes are seen.
+    #[inline(always)]
+    pub fn read_array<const N: usize>(&self, offset: usize) -> Result<[u8; N]> {
+        self.check(offset, N, 1)?;
+        // SAFETY: offset..offset+N is inside the mapping (checked); read_unaligned has no
+        // alignment requirement, and [u8; N] has no invalid values, so a racing writer can only
+        // change the bytes seen.
+        Ok(unsafe { std::ptr::read_unaligned(self.base.as_ptr().add(offset).cast::<[u8; N]>()) })
+    }
+
     /// Copies `src` into the region at `offset`.
     #[inline(always)]
     pub fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<()> {
@@ -1465,6 +1480,21 @@ mod tests {
         assert!(r.read_bytes(usize::MAX - 4, &mut buf).is_err());
         assert!(r.write_bytes(8176, &buf).is_ok());
         assert!(r.fill(8000, 193, 0).is_err());
+        assert!(r.read_array::<12>(8180).is_ok());
+        assert!(r.read_array::<12>(8181).is_err());
+        assert!(r.read_array::<12>(usize::MAX - 4).is_err());
+    }
+
+    /// A fixed-size read at any alignment returns exactly the bytes there.
+    #[test]
+    fn read_array_returns_the_bytes_at_any_offset() {
+        let r = Region::private(4096, false).unwrap();
+        let pattern: Vec<u8> = (0..200u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        r.write_bytes(0, &pattern).unwrap();
+        for off in 0..64 {
+            assert_eq!(r.read_array::<12>(off).unwrap()[..], pattern[off..off + 12]);
+            assert_eq!(r.read_array::<10>(off).unwrap()[..], pattern[off..off + 10]);
+        }
     }
 
     #[test]

@@ -977,13 +977,22 @@ fn enqueue<V: Vring>(
 /// (header included) will fill, up to the header and `max` bytes of the frame
 /// ([`Vring::ENQ_FETCH`]), from the line where the
 /// frame starts: the header's own line is usually left as it is ([`write_header`]), and
-/// taking it for writing would undo that.
+/// taking it for writing would undo that. That line, when it is another, is asked for to
+/// read: [`write_header`]'s compare otherwise waits for it (17% of our txonly's samples into
+/// virtio-user's packed ring at 64 B, this Intel Xeon host: DPDK's virtio PMD puts the header
+/// in the line before its mbuf's data, which it reads on receive). In-process flip, with/without
+/// (250-ms windows, B/A p20/p50/p80, our txonly -> virtio-user rxonly): packed 64 B
+/// 1.04/1.08/1.12, 512 B 1.00/1.03/1.05, 1518 B 0.99/1.03/1.06; split 64 B 0.98/1.03/1.14,
+/// 512 B 0.98/1.00/1.07, 1518 B 0.93/1.02/1.05.
 #[inline(always)]
 fn prefetch_pieces(mem: &MemTable, pieces: &[Piece], hdr_len: usize, need: usize, max: usize) {
     if let Some(p) = pieces.first() {
         let map = mem.map(p.region);
         let end = p.off + need.min(p.len).min(hdr_len + max);
         let mut at = (p.off + hdr_len.min(p.len)) & !63;
+        if p.off & !63 != at {
+            map.prefetch(p.off);
+        }
         while at < end {
             map.prefetch_write(at);
             at += 64;
@@ -1077,17 +1086,23 @@ fn write_pieces(
 /// 1.02/1.14/1.28, split 64 B 0.94/1.12/1.20 and 1.01/1.13/1.36, packed 512 B
 /// 0.98/1.04/1.17, split 512 B 1.01/1.20/1.47, packed 1518 B 0.81/1.01/1.27, split 1518 B
 /// 1.18/1.39/1.53. (Compared through a variable-length read, it lost: packed 64 B p50 0.87.)
+///
+/// The header is read by value ([`memnic_shm::Region::read_array`]): read into a local array,
+/// it went through two overlapping stores to the stack and a load across both, a failed store
+/// forward on every frame. In-process flip, the array read against this (B/A as above, Intel
+/// Xeon): packed 64 B 0.89/0.95/1.04, 512 B 0.94/0.96/1.00, 1518 B 0.96/0.99/1.00; split 64 B
+/// 0.95/0.96/0.97, 512 B 0.93/0.96/0.98, 1518 B 0.94/0.98/1.02.
 #[inline(always)]
 fn write_header(mem: &MemTable, pieces: &[Piece], hdr_len: usize, num_buffers: u16) {
     let nb = num_buffers.to_le_bytes();
     if let Some(p) = pieces.first().filter(|p| p.len >= hdr_len) {
         let map = mem.map(p.region);
-        // Fixed-size reads and compares (10 or 12 bytes), no calls.
-        let mut now = [0u8; 12];
+        // Fixed-size reads into registers and compares (10 or 12 bytes), no calls.
         let held = if hdr_len >= 12 {
-            map.read_bytes(p.off, &mut now).is_ok() && now[..10] == [0; 10] && now[10..] == nb
+            map.read_array::<12>(p.off)
+                .is_ok_and(|now| now[..10] == [0; 10] && now[10..] == nb)
         } else {
-            map.read_bytes(p.off, &mut now[..10]).is_ok() && now[..10] == [0; 10]
+            map.read_array::<10>(p.off).is_ok_and(|now| now == [0; 10])
         };
         if held {
             return;
