@@ -1862,6 +1862,52 @@ fn a_packed_in_order_burst_stops_at_a_lap_when_chains_run_through_taken_slots() 
     b.hang_up_and_serve_the_next(f, "after an in-order burst of two laps");
 }
 
+/// IN_ORDER on a packed ring: a dequeue burst that comes back full holds its run of chains
+/// for the next burst, until the run covers half the ring (4 slots of 8 here); a burst that
+/// finds the ring dry hands back what is held, and so does a ring stopped (GET_VRING_BASE)
+/// while a run is held, so the used position the frontend reads back is the avail position.
+/// Each run goes back as one used descriptor at its first slot, with its last chain's id.
+#[test]
+fn a_packed_in_order_run_is_held_over_full_bursts_and_handed_back() {
+    let mut b = Bench::new("hostile-packed-held", Duration::from_secs(5));
+    let g = Guest::new();
+    let (f, mut drv) = packed_tx(&mut b, &g, IN_ORDER);
+    drv.assert_used(&g, (0, true), 1, 0, "the first frame (a burst not full)");
+    let post = |drv: &mut PackedDriver, id: u16| {
+        let (a, l) = g.frame(u64::from(id), 60, id as u8);
+        drv.post(&g, id, &[(a, l, 0)])
+    };
+    let heads: Vec<(u16, bool)> = (10..16).map(|id| post(&mut drv, id)).collect();
+    let n = b.got.len();
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 2), 2);
+    drv.assert_avail(&g, heads[0], "a full burst of 2 slots: held");
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 2), 2);
+    drv.assert_used(&g, heads[0], 13, 0, "4 slots: half the ring, handed back");
+    drv.assert_avail(&g, heads[2], "one used descriptor for the run");
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 2), 2);
+    drv.assert_avail(&g, heads[4], "held again");
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 2), 0, "the ring is dry");
+    drv.assert_used(&g, heads[4], 15, 0, "a dry ring: handed back");
+    let frames: Vec<Vec<u8>> = b.got[n..].iter().map(|m| m.to_vec()).collect();
+    let want: Vec<Vec<u8>> = (10..16u8).map(|id| vec![id; 60]).collect();
+    assert_eq!(frames, want, "every frame, in order");
+
+    // Slots 7 and 0 (lap 2): held, then the ring stops.
+    let h7 = post(&mut drv, 16);
+    post(&mut drv, 17);
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 2), 2);
+    drv.assert_avail(&g, h7, "held at the stop");
+    assert_eq!(
+        f.get_vring_base(1).unwrap() & 0xffff,
+        0x0001,
+        "slot 1 of lap 2"
+    );
+    drv.assert_used(&g, h7, 17, 0, "a stopped ring: handed back");
+    assert_eq!(b.tp.port.bad_chains(), 0);
+    assert_eq!(b.tp.port.broken_rings(), 0);
+    b.hang_up_and_serve_the_next(f, "after a held run");
+}
+
 // ---- memory slots (ADD_MEM_REG / REM_MEM_REG) with traffic running ----
 
 /// A region for ADD_MEM_REG / REM_MEM_REG: `size` bytes of `fd` at guest address `gpa`.
