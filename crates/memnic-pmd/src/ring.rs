@@ -407,13 +407,25 @@ fn streams(len: usize, stream_max: usize) -> bool {
 /// ```
 ///
 /// At 1518 B the slow state gains (1.8 -> 2.6 Mpps) and the fast state loses; capped at the
-/// first 512 or 1024 bytes it lost or swung (0.54-1.27). So not past 1024 B. The bare MEMNIC
-/// ring of the limit probe gained as much (512 B 1.58/1.67/1.69, 1518 B 1.00/1.76/1.78).
+/// first 512 or 1024 bytes it lost or swung (0.54-1.27). So not past 1024 B on that AMD EPYC
+/// host. The bare MEMNIC ring of the limit probe gained as much (512 B 1.58/1.67/1.69, 1518 B
+/// 1.00/1.76/1.78). Longer frames: see [`PREFETCH_LONG_BYTES`].
 pub(crate) const PREFETCH_NEXT_MAX: usize = 1024;
 
+/// How much of the next slot (its header included) is asked for when the next frame is longer
+/// than [`PREFETCH_NEXT_MAX`]: its first lines only, the hardware prefetcher following the
+/// copy for the rest. On the Intel Xeon host of session 40 (in-process flip of 250-ms
+/// windows, B/A p20/p50/p80, B = the first 512 bytes, A = nothing): memnic-tester's `memnic`
+/// variant 1518 B 1.03/1.05/1.07 and 1.04/1.05/1.06, 1280 B 1.05/1.06/1.07; testpmd txonly ->
+/// rxonly, host->guest 1518 B 1.01/1.04/1.11, 1280 B 1.03/1.07/1.09, guest->host 1518 B
+/// 1.00/1.04/1.05, 1280 B 0.85/1.01/1.11. The whole slot instead (B = whole, tester 1518 B):
+/// 0.87/0.99/1.02.
+pub(crate) const PREFETCH_LONG_BYTES: usize = 512;
+
 /// While a frame is copied into slot `i` with plain stores, asks for the lines of the next
-/// slot that the next frame (if it is copied the same way, not streamed under `stream_max`,
-/// and is at most [`PREFETCH_NEXT_MAX`] bytes) will be written into.
+/// slot that the next frame (if it is copied the same way, not streamed under `stream_max`)
+/// will be written into: all of them up to [`PREFETCH_NEXT_MAX`] bytes, else the first
+/// [`PREFETCH_LONG_BYTES`].
 #[inline(always)]
 fn prefetch_next_slot(
     region: &Region,
@@ -422,13 +434,16 @@ fn prefetch_next_slot(
     next_frame: Option<&Mbuf>,
     stream_max: usize,
 ) {
-    let Some(m) =
-        next_frame.filter(|m| !streams(m.len(), stream_max) && m.len() <= PREFETCH_NEXT_MAX)
-    else {
+    let Some(m) = next_frame.filter(|m| !streams(m.len(), stream_max)) else {
         return;
     };
     let off = slot_off(dir, next(i));
-    for line in (0..SLOT_DATA + m.len()).step_by(64) {
+    let end = if m.len() <= PREFETCH_NEXT_MAX {
+        SLOT_DATA + m.len()
+    } else {
+        PREFETCH_LONG_BYTES
+    };
+    for line in (0..end).step_by(64) {
         region.prefetch_write(off + line);
     }
 }
