@@ -102,7 +102,7 @@ impl VringSlot {
 /// covers half the ring ([`holds_run`]); then, or at the first burst that is not full (the
 /// ring ran dry: a driver waiting for its buffers has sent what it could), the whole run goes
 /// back as one used entry. DPDK's vhost holds its in-order dequeue's used entries the same
-/// way (until all but a burst of the ring is taken). The cost: while a run is held, the
+/// way (until all but a burst of the ring is taken); `rx-hold=0` turns it off. The cost: while a run is held, the
 /// driver has that much less of its ring for frames we have not taken yet, so a driver
 /// that outruns us for a moment fills it sooner (our lossless round trips through DPDK's
 /// macswap keep a window of half the ring).
@@ -184,8 +184,10 @@ struct State {
     /// Whether used entries went out without a look at whether the driver wants a call (see
     /// [`publish`]).
     calls: CallCheck,
-    /// The in-order run of tx chains dequeue holds (starting at `used`).
+    /// The in-order run of tx chains dequeue holds (starting at `used`), and whether it may
+    /// hold one (`rx-hold`).
     held: Option<HeldRun>,
+    hold_runs: bool,
 }
 
 /// State of one queue in either direction.
@@ -212,6 +214,7 @@ impl Core {
                 idle_polls: 0,
                 calls: CallCheck::default(),
                 held: None,
+                hold_runs: false,
                 zc: None,
             },
             cell,
@@ -369,7 +372,9 @@ pub struct VhostRxQueue {
 
 impl VhostRxQueue {
     /// With `zero_copy`, frames go up as external segments over the guest's buffers (see
-    /// `zerocopy`); `name` names its pool of segments. `flush`: what dequeue flushes (`flush_first_line`).
+    /// `zerocopy`); `name` names its pool of segments. `flush`: what dequeue flushes
+    /// (`flush_first_line`). `hold_runs`: whether an in-order dequeue holds its run over full
+    /// bursts ([`HeldRun`]).
     pub fn new(
         gate: GateMember,
         slot: Arc<VringSlot>,
@@ -377,9 +382,11 @@ impl VhostRxQueue {
         cell: Arc<StatsCell>,
         zero_copy: Option<(&str, ZeroCopyConfig)>,
         flush: FlushMode,
+        hold_runs: bool,
     ) -> Self {
         let mut core = Core::new(gate, slot, cache, cell);
         core.s.zc = zero_copy.map(|(name, cfg)| ZeroCopy::new(name, cfg));
+        core.s.hold_runs = hold_runs;
         VhostRxQueue {
             core,
             flush: FlushTuner::new(flush),
@@ -663,7 +670,7 @@ fn dequeue<V: Vring>(
         let chains = held.map_or(0, |h| h.chains) + taken;
         // `more`: the burst came back full (a burst that found the ring dry, a chain past the
         // lap or no buffer for a chain hands everything back).
-        if more && chains > 0 && holds_run(run.1, lap) {
+        if s.hold_runs && more && chains > 0 && holds_run(run.1, lap) {
             s.held = Some(HeldRun {
                 at: s.used,
                 last: run.0.id,

@@ -18,6 +18,7 @@ use memnic_ethdev::{Mbuf, Port, RxQueue};
 use memnic_shm::Region;
 use memnic_vhost::chain::ChainError;
 use memnic_vhost::split::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
+use memnic_vhost::VhostConfig;
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::VhostBackend;
 use vmm_sys_util::eventfd::EventFd;
@@ -193,7 +194,15 @@ struct Bench {
 
 impl Bench {
     fn new(tag: &str, timeout: Duration) -> Bench {
-        let mut tp = TestPort::new(tag, |c| c.message_timeout = timeout);
+        Bench::with(tag, timeout, |_| {})
+    }
+
+    /// [`Bench::new`] with more of the port's configuration set by `cfg`.
+    fn with(tag: &str, timeout: Duration, cfg: impl FnOnce(&mut VhostConfig)) -> Bench {
+        let mut tp = TestPort::new(tag, |c| {
+            c.message_timeout = timeout;
+            cfg(c);
+        });
         let pool = memnic_test_support::pool(tag, 256, 2048);
         let rxq = tp.port.take_rx_queue(0, &pool).unwrap();
         Bench {
@@ -1906,6 +1915,26 @@ fn a_packed_in_order_run_is_held_over_full_bursts_and_handed_back() {
     assert_eq!(b.tp.port.bad_chains(), 0);
     assert_eq!(b.tp.port.broken_rings(), 0);
     b.hang_up_and_serve_the_next(f, "after a held run");
+}
+
+/// `rx-hold=0`: a full in-order burst hands its chains back at once.
+#[test]
+fn without_rx_hold_a_full_in_order_burst_hands_its_run_back_at_once() {
+    let mut b = Bench::with("hostile-packed-nohold", Duration::from_secs(5), |c| {
+        c.rx_hold = false;
+    });
+    let g = Guest::new();
+    let (f, mut drv) = packed_tx(&mut b, &g, IN_ORDER);
+    let heads: Vec<(u16, bool)> = (10..13u16)
+        .map(|id| {
+            let (a, l) = g.frame(u64::from(id), 60, id as u8);
+            drv.post(&g, id, &[(a, l, 0)])
+        })
+        .collect();
+    assert_eq!(b.rxq.rx_burst(&mut b.got, 2), 2);
+    drv.assert_used(&g, heads[0], 11, 0, "a full burst, handed back");
+    drv.assert_avail(&g, heads[2], "not taken yet");
+    b.hang_up_and_serve_the_next(f, "without rx-hold");
 }
 
 // ---- memory slots (ADD_MEM_REG / REM_MEM_REG) with traffic running ----
