@@ -116,13 +116,8 @@ fn poll_our_backend_sends_to_virtio_user() {
     }
 }
 
-/// The round trips' window with IN_ORDER: our dequeue holds back up to half the guest's tx
-/// ring while its bursts come back full (memnic_vhost's `HeldRun`, as DPDK's vhost does), so
-/// DPDK's tx ring (256) takes that much less of what is in flight before its macswap drops.
-const IN_ORDER_WINDOW: &str = "128";
-
 /// Our verified frames through DPDK's macswap and back: nothing lost, corrupted, duplicated
-/// or reordered, with a window below what DPDK's rings hold ([`IN_ORDER_WINDOW`]).
+/// or reordered, with a window below what DPDK's rings hold.
 fn round_trip(tag: &str, size: usize, opts: &str, window: &str, client: bool) {
     round_trip_with(tag, size, opts, window, client, "");
 }
@@ -215,7 +210,7 @@ fn poll_round_trip_through_virtio_user_macswap_is_clean() {
         [("vumac64", "on", false), ("vumac64plain", "off", false)],
         "",
     );
-    round_trip("vumac1518", 1518, "", IN_ORDER_WINDOW, false);
+    round_trip("vumac1518", 1518, "", "256", false);
 }
 
 /// 64-B round trips (`opts` for virtio-user) with our enqueue's streaming fixed by `tx-stream`
@@ -224,7 +219,7 @@ fn poll_round_trip_through_virtio_user_macswap_is_clean() {
 fn streamed_and_plain_round_trips(runs: [(&str, &str, bool); 2], opts: &str) {
     for (tag, stream, client) in runs {
         let ours_opts = format!(",tx-stream={stream}");
-        let Some(j) = round_trip_with(tag, 64, opts, IN_ORDER_WINDOW, client, &ours_opts) else {
+        let Some(j) = round_trip_with(tag, 64, opts, "256", client, &ours_opts) else {
             return;
         };
         let streamed = j["ports"][0]["xstats"]["tx_streamed_packets"].as_u64();
@@ -258,7 +253,7 @@ fn poll_chained_round_trip_through_virtio_user_macswap_is_clean() {
 /// its ports.
 #[test]
 fn poll_round_trip_with_our_backend_as_socket_client() {
-    round_trip("vumacclient", 64, "", IN_ORDER_WINDOW, true);
+    round_trip("vumacclient", 64, "", "256", true);
 }
 
 /// Packed rings (VIRTIO_F_RING_PACKED), through each of DPDK's packed paths: in order with

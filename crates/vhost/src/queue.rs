@@ -101,11 +101,16 @@ impl VringSlot {
 /// over `descs` ring slots. Dequeue holds a run while its bursts come back full, until the run
 /// covers half the ring ([`holds_run`]); then, or at the first burst that is not full (the
 /// ring ran dry: a driver waiting for its buffers has sent what it could), the whole run goes
-/// back as one used entry. DPDK's vhost holds its in-order dequeue's used entries the same
-/// way (until all but a burst of the ring is taken); `rx-hold=0` turns it off. The cost: while a run is held, the
-/// driver has that much less of its ring for frames we have not taken yet, so a driver
-/// that outruns us for a moment fills it sooner (our lossless round trips through DPDK's
-/// macswap keep a window of half the ring).
+/// back as one used entry. Only with `rx-hold=1` (off by default).
+///
+/// DPDK's vhost held its packed dequeue's used entries until all but a burst of the ring was
+/// taken (19.11) and gave it up in 20.11 ("vhost: fix shadow update"): a Linux driver's byte
+/// queue limits stop its transmit while completions are outstanding, and a driver that runs
+/// faster than the backend finds no free descriptors, which costs zero-loss (RFC 2544)
+/// throughput. Ours hands a run back as soon as the ring runs dry, so a driver that stopped to
+/// wait gets it at the next poll, but the second cost stands: while a run is held, the driver
+/// has up to half its ring less for frames we have not taken yet (our lossless round trips
+/// through DPDK's macswap with a window of the whole ring, 256, lost 96 frames with it on).
 ///
 /// Handed back at every burst, each entry pulled the driver's descriptor line over to our core
 /// and back 32 frames later. In-process flip (a variant switched every 250 ms in our process,
