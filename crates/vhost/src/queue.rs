@@ -80,8 +80,9 @@ pub struct VringSlot {
     pub zc_abandoned: AtomicU64,
     pub zc_late: AtomicU64,
     /// An in-order run of tx chains the queue took and holds (see [`HeldRun`]), published
-    /// after each burst ([`HeldRun::encode`], 0: none; Relaxed, as `last_avail`): the control
-    /// thread hands it back when the ring leaves the queue ([`settle_leaving`]).
+    /// after each burst of a queue that may hold one (`rx-hold=1`; [`HeldRun::encode`], 0:
+    /// none; Relaxed, as `last_avail`): the control thread hands it back when the ring leaves
+    /// the queue ([`settle_leaving`]).
     pub held_run: AtomicU64,
 }
 
@@ -157,9 +158,10 @@ impl HeldRun {
     /// Writes the run's one used entry at `at` and publishes it.
     fn hand_back<V: Vring>(&self, r: &V) {
         let mut used = r.used_at(self.at);
+        // (Only the last chain's id is written; the run's slots are `descs`.)
         let last = crate::vring::Chain {
             id: self.last,
-            descs: self.descs,
+            descs: 0,
         };
         r.put_used_run(&mut used, last, self.chains, self.descs);
         r.publish(&mut used);
@@ -281,9 +283,11 @@ impl Core {
     #[inline(always)]
     fn exit(&mut self) {
         self.slot.last_avail.store(self.s.last_avail, Relaxed);
-        self.slot
-            .held_run
-            .store(HeldRun::encode(self.s.held), Relaxed);
+        if self.s.hold_runs {
+            self.slot
+                .held_run
+                .store(HeldRun::encode(self.s.held), Relaxed);
+        }
         self.slot.call_due.store(self.s.calls.is_due(), Relaxed);
         self.gate.exit();
         self.cell.publish(&self.s.stats);
