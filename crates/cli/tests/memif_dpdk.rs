@@ -10,7 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::dpdk::{
-    dpdk, dpdk_forwarding, dpdk_totals, have_dpdk, n, ours_while_dpdk_forwards, stop_dpdk, Sock,
+    dpdk, dpdk_forwarding, dpdk_totals, dpdk_totals_if_printed, have_dpdk, n,
+    ours_while_dpdk_forwards, ours_while_dpdk_forwards_or_dies, stop_dpdk, Sock,
 };
 use common::json_of;
 
@@ -96,6 +97,15 @@ fn poll_our_server_with_dpdk_client_both_directions() {
                 &[&txp],
             );
             // Four seconds: at least one of DPDK's statistics prints falls inside them.
+            if size > 2048 && !we_send {
+                // DPDK's chains overrun our ring and it may crash once we disconnect it.
+                let out = ours_while_dpdk_forwards_or_dies(ours, &mut peer, 4);
+                let d = stop_dpdk(peer);
+                // A DPDK that crashed may have lost its statistics: its count is then unknown.
+                let dtx = dpdk_totals_if_printed(&d).map_or(0, |t| t.1);
+                check_we_received(&json_of(&out), size, dtx);
+                continue;
+            }
             let out = ours_while_dpdk_forwards(ours, &mut peer, 4);
             std::thread::sleep(Duration::from_millis(200));
             let d = stop_dpdk(peer);
@@ -210,14 +220,17 @@ fn poll_our_client_with_dpdk_server_both_directions() {
             .wait(Duration::from_secs(30));
             let d = stop_dpdk(peer);
             let j = json_of(&out);
-            let (drx, dtx) = dpdk_totals(&d);
             if we_send {
+                let (drx, _) = dpdk_totals(&d);
                 assert!(
                     drx > 1000,
                     "size {size}: DPDK received {drx} of our {}",
                     n(&j, "tx_packets")
                 );
             } else {
+                // Chained frames: DPDK may crash once we disconnect it (see
+                // ours_while_dpdk_forwards_or_dies), its count then unknown.
+                let dtx = dpdk_totals_if_printed(&d).map_or(0, |t| t.1);
                 check_we_received(&j, size, dtx);
             }
         }

@@ -146,25 +146,37 @@ impl Child {
     /// Waits up to `limit` until `n` stdout lines contain `tag`; panics as
     /// [`Child::wait_for_line`] does.
     pub fn wait_for_lines(&mut self, tag: &str, n: usize, limit: Duration) {
+        if let Err(st) = self.wait_for_lines_or_exit(tag, n, limit) {
+            let what = lines_named(tag, n);
+            self.fail(&format!("the child exited ({st}) before printing {what}"));
+        }
+    }
+
+    /// Waits up to `limit` until `n` stdout lines contain `tag`, or until the child exits
+    /// without them (`Err` with its status: for a peer whose own bugs may kill it); panics with
+    /// everything it printed if the time runs out.
+    pub fn wait_for_lines_or_exit(
+        &mut self,
+        tag: &str,
+        n: usize,
+        limit: Duration,
+    ) -> Result<(), ExitStatus> {
         let deadline = Instant::now() + limit;
-        let what = if n == 1 {
-            format!("{tag:?}")
-        } else {
-            format!("{tag:?} {n} times")
-        };
         while self.lines(tag).len() < n {
             if let Some(st) = self.try_status() {
                 self.join_readers();
                 if self.lines(tag).len() >= n {
-                    return;
+                    return Ok(());
                 }
-                self.fail(&format!("the child exited ({st}) before printing {what}"));
+                return Err(st);
             }
             if Instant::now() > deadline {
+                let what = lines_named(tag, n);
                 self.fail(&format!("no {what} from the child within {limit:?}"));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        Ok(())
     }
 
     /// Waits up to `limit` until the child has printed `text` (on stdout or stderr); panics as
@@ -320,6 +332,15 @@ impl Drop for Child {
 }
 
 /// Reads lines from this process's stdin on a thread (a child's channel from its parent).
+/// How a wait names the lines it waits for.
+fn lines_named(tag: &str, n: usize) -> String {
+    if n == 1 {
+        format!("{tag:?}")
+    } else {
+        format!("{tag:?} {n} times")
+    }
+}
+
 pub fn stdin_lines() -> Arc<Mutex<Vec<String>>> {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let l = lines.clone();
