@@ -196,3 +196,55 @@ fn poll_counted_exchange_both_ways_ends_by_itself_exactly() {
     let (hj, gj) = (json_of(&h), json_of(&g));
     common::assert_exchanged_exactly(port(&hj), port(&gj), N, &format!("{hj}\n{gj}\n{said}"));
 }
+
+/// `tx_stream=on|off` reaches either role's tx: a counted exchange of 64-B frames each way, one
+/// side streaming every frame, the other none; then the roles swap settings.
+#[test]
+fn poll_tx_stream_devarg_sets_either_roles_tx() {
+    const N: u64 = 100_000;
+    let count = N.to_string();
+    for host_streams in [true, false] {
+        let shm = ShmName::new(&format!("stream-{host_streams}"));
+        let side = |cpu: &str, role: &str, streams: bool| {
+            let dev = format!(
+                "memnic0,path={},role={role},tx_stream={}",
+                shm.name(),
+                if streams { "on" } else { "off" }
+            );
+            common::spawn(&[
+                "testpmd",
+                "-l",
+                cpu,
+                "--vdev",
+                &dev,
+                "--forward-mode",
+                "txonly",
+                "--txpkts",
+                "64",
+                "--tx-count",
+                &count,
+                "--rx-count",
+                &count,
+                "--json",
+            ])
+        };
+        let host = side("0", "host", host_streams);
+        common::wait_for_memnic_region(&shm.path(), Duration::from_secs(20));
+        let guest = side("1", "guest", !host_streams);
+        let (g, h) = (
+            guest.wait(Duration::from_secs(60)),
+            host.wait(Duration::from_secs(60)),
+        );
+        assert!(g.status.success() && h.status.success());
+        let (hj, gj) = (json_of(&h), json_of(&g));
+        let streamed = |j: &serde_json::Value| n(&port(j)["xstats"], "tx_streamed_packets");
+        let (on, off) = if host_streams {
+            (&hj, &gj)
+        } else {
+            (&gj, &hj)
+        };
+        assert_eq!(streamed(on), N, "the side with tx_stream=on: {on}");
+        assert_eq!(streamed(off), 0, "the side with tx_stream=off: {off}");
+        assert_eq!(n(&port(on)["xstats"], "tx_stream_switches"), 0, "{on}");
+    }
+}
