@@ -13,7 +13,7 @@ mod ring;
 pub mod slot;
 
 pub use guest::{GuestConfig, GuestPort, GuestRxQueue, GuestTxQueue, Variant};
-pub use host::{HostConfig, HostPort};
+pub use host::{HostConfig, HostPort, RESET_INTERVAL};
 pub use ring::DEFAULT_RX_HOLDOFF;
 
 use std::time::Duration;

@@ -355,3 +355,48 @@ fn poll_hostile_scribbler_2014_after() {
 fn poll_hostile_scribbler_2014_before() {
     run(Variant::Before2014, Duration::from_secs(1));
 }
+
+/// A guest that asks for a reset again as soon as each is served (a `reset = 1` loop on its own
+/// mapping) gets at most one sweep of the rings per `RESET_INTERVAL` out of the host's rx lcore,
+/// which polls without pause, instead of one at every poll; and the resets are still served.
+#[test]
+fn poll_a_guest_asking_for_resets_in_a_loop_gets_one_sweep_per_interval() {
+    let _serial = common::serial();
+    let shm = ShmName::new("reset-loop");
+    let mut host = HostPort::create("h", &HostConfig::new(shm.name())).unwrap();
+    let pool = common::pool("reset-loop", 256, 2048);
+    let mut rxq = host.take_rx_queue(0, &pool).unwrap();
+    let guest = Region::open_shared(shm.name(), AREA_SIZE).unwrap();
+    let stop = AtomicBool::new(false);
+    const RUN: Duration = Duration::from_millis(500);
+    let polls = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Relaxed) {
+                if guest.u32(HDR_RESET).load(Acquire) == 0 {
+                    guest.u32(HDR_RESET).store(1, Release);
+                }
+                std::hint::spin_loop();
+            }
+        });
+        let mut got = Vec::new();
+        let mut polls = 0u64;
+        let end = Instant::now() + RUN;
+        while Instant::now() < end {
+            rxq.rx_burst(&mut got, 32);
+            polls += 1;
+        }
+        stop.store(true, Relaxed);
+        polls
+    });
+    let resets = host.resets();
+    let most = (RUN.as_nanos() / memnic_pmd::RESET_INTERVAL.as_nanos()) as u64 + 1;
+    eprintln!("{resets} resets served in {polls} polls over {RUN:?} (at most {most})");
+    assert!(
+        resets <= most,
+        "{resets} sweeps in {RUN:?}: more than one per interval"
+    );
+    assert!(
+        resets >= most / 4,
+        "only {resets} of the guest's resets served"
+    );
+}
