@@ -238,11 +238,7 @@ fn poll_tx_stream_devarg_sets_either_roles_tx() {
         assert!(g.status.success() && h.status.success());
         let (hj, gj) = (json_of(&h), json_of(&g));
         let streamed = |j: &serde_json::Value| n(&port(j)["xstats"], "tx_streamed_packets");
-        let (on, off) = if host_streams {
-            (&hj, &gj)
-        } else {
-            (&gj, &hj)
-        };
+        let (on, off) = if host_streams { (&hj, &gj) } else { (&gj, &hj) };
         assert_eq!(streamed(on), N, "the side with tx_stream=on: {on}");
         assert_eq!(streamed(off), 0, "the side with tx_stream=off: {off}");
         assert_eq!(n(&port(on)["xstats"], "tx_stream_switches"), 0, "{on}");
