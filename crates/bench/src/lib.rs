@@ -11,6 +11,7 @@
 //! state, p20: the slow one) and says how far the machine swung.
 #![forbid(unsafe_code)]
 
+pub mod abflip;
 pub mod date;
 mod interleave;
 pub mod limit;

@@ -25,6 +25,15 @@ enum Cmd {
     Testpmd(Box<testpmd::Args>),
     /// Side-by-side benchmarks (ours and DPDK's): alternating runs, a table, --json, --svg
     Bench(memnic_bench::Args),
+    /// Reads the log of an in-process A/B run (a build with `--features abflip`, testpmd
+    /// started with MEMNIC_ABFLIP=K): each B window against the A windows beside it
+    AbflipReport {
+        /// The log (MEMNIC_ABFLIP_LOG, or /tmp/memnic-abflip-<pid>.log)
+        log: std::path::PathBuf,
+        /// Windows to leave out at the start (links coming up, tuners settling)
+        #[arg(long, default_value_t = 8)]
+        skip: usize,
+    },
 }
 
 fn main() {
@@ -42,6 +51,10 @@ fn main() {
         Cmd::Bench(a) => std::env::current_exe()
             .map_err(|e| format!("bench: cannot find this program's own path: {e}"))
             .and_then(|exe| memnic_bench::main(a, exe)),
+        Cmd::AbflipReport { log, skip } => std::fs::read_to_string(&log)
+            .map_err(|e| format!("abflip-report: cannot read {}: {e}", log.display()))
+            .and_then(|text| memnic_bench::abflip::report(&text, skip))
+            .map(|r| println!("{}", memnic_bench::abflip::line(&r))),
     };
     if let Err(msg) = res {
         eprintln!("memnic: {msg}");

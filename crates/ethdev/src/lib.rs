@@ -12,6 +12,7 @@
 //!   whether to write short frames into its peer's buffers with streaming stores.
 #![forbid(unsafe_code)]
 
+pub mod abflip;
 mod devargs;
 pub mod flush;
 pub mod gate;

@@ -220,6 +220,7 @@ impl Stream {
 
     fn relay(&mut self, cfg: &FwdConfig) {
         let n = self.rxq.rx_burst(&mut self.pkts, cfg.burst);
+        memnic_ethdev::abflip::count(n);
         if n == 0 {
             return;
         }
@@ -258,6 +259,7 @@ impl Stream {
 
     fn receive(&mut self, cfg: &FwdConfig) {
         let n = self.rxq.rx_burst(&mut self.pkts, cfg.burst);
+        memnic_ethdev::abflip::count(n);
         if n == 0 {
             return;
         }
@@ -362,7 +364,7 @@ impl Stream {
 /// the queue took.
 #[inline]
 fn offer(txq: &mut dyn TxQueue, tap: Option<&mut Tap>, pkts: &mut Vec<Mbuf>) -> usize {
-    match tap {
+    let sent = match tap {
         None => txq.tx_burst(pkts),
         Some(tap) => {
             tap.hold(pkts);
@@ -370,7 +372,9 @@ fn offer(txq: &mut dyn TxQueue, tap: Option<&mut Tap>, pkts: &mut Vec<Mbuf>) -> 
             tap.commit(sent);
             sent
         }
-    }
+    };
+    memnic_ethdev::abflip::count(sent);
+    sent
 }
 
 #[cfg(test)]

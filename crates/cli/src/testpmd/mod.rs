@@ -558,6 +558,8 @@ pub fn main(a: Args) -> Result<(), String> {
             .map_err(|e| format!("cannot handle signals: {e}"))?;
     }
     let mut s = setup(&a)?;
+    // A developer's A/B measurement, when built in and asked for (`memnic_ethdev::abflip`).
+    memnic_ethdev::abflip::start();
     if a.interactive {
         return interactive::run(s, a.auto_start, a.tx_first, stop);
     }
