@@ -235,7 +235,12 @@ fn poll_tx_stream_devarg_sets_either_roles_tx() {
             guest.wait(Duration::from_secs(60)),
             host.wait(Duration::from_secs(60)),
         );
-        assert!(g.status.success() && h.status.success());
+        assert!(
+            g.status.success() && h.status.success(),
+            "host: {}\nguest: {}",
+            String::from_utf8_lossy(&h.stderr),
+            String::from_utf8_lossy(&g.stderr)
+        );
         let (hj, gj) = (json_of(&h), json_of(&g));
         let streamed = |j: &serde_json::Value| n(&port(j)["xstats"], "tx_streamed_packets");
         let (on, off) = if host_streams { (&hj, &gj) } else { (&gj, &hj) };

@@ -14,8 +14,10 @@
 //!    `if memnic_ethdev::abflip::variant(1) { new() } else { old() }`.
 //! 2. Run the pair as usual, the side whose frames are counted (the receiver for an rx change,
 //!    the sender for a tx change) with `MEMNIC_ABFLIP=1` in its environment; `testpmd` counts
-//!    the frames its forwarding streams receive and send. `MEMNIC_ABFLIP_MS` sets the window
-//!    (250 ms by default), `MEMNIC_ABFLIP_LOG` the log (`/tmp/memnic-abflip-<pid>.log`).
+//!    the frames its forwarding streams receive and send (in `io` or `macswap` forwarding each
+//!    frame twice: the rate logged is rx + tx, the ratios hold). `MEMNIC_ABFLIP_MS` sets the
+//!    window (250 ms by default), `MEMNIC_ABFLIP_LOG` the log (`/tmp/memnic-abflip-<pid>.log`,
+//!    emptied at the start).
 //! 3. `memnic abflip-report LOG`: the B/A ratios' p20/p50/p80 and each variant's median rate.
 //!
 //! The count is one relaxed load and store per burst (not an atomic add: a locked instruction
@@ -33,29 +35,46 @@ mod on {
     static B: AtomicBool = AtomicBool::new(false);
     /// The variant under test (0: none, so `variant` is always false).
     static UNDER_TEST: AtomicU32 = AtomicU32::new(0);
-    /// Frames counted so far.
-    static FRAMES: AtomicU64 = AtomicU64::new(0);
+    /// Frames counted so far, on a line of its own (the lcore writes it every burst; `B` and
+    /// `UNDER_TEST` are read every burst and written four times a second).
+    static FRAMES: Frames = Frames(AtomicU64::new(0));
     static STARTED: std::sync::Once = std::sync::Once::new();
+
+    #[repr(align(64))]
+    struct Frames(AtomicU64);
 
     /// Windows written to the log at a time.
     const LINES_PER_WRITE: usize = 8;
 
     pub fn start() {
         STARTED.call_once(|| {
-            let Some(k) = std::env::var("MEMNIC_ABFLIP")
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-                .filter(|&k| k > 0)
-            else {
+            let Ok(k) = std::env::var("MEMNIC_ABFLIP") else {
                 return;
             };
-            let ms = std::env::var("MEMNIC_ABFLIP_MS")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .filter(|&ms| ms > 0)
-                .unwrap_or(250);
+            let Some(k) = k.parse::<u32>().ok().filter(|&k| k > 0) else {
+                eprintln!("abflip: MEMNIC_ABFLIP={k:?} is not a variant (1, 2, ...): not flipping");
+                return;
+            };
+            let ms = match std::env::var("MEMNIC_ABFLIP_MS") {
+                Err(_) => 250,
+                Ok(v) => match v.parse::<u64>().ok().filter(|&ms| ms > 0) {
+                    Some(ms) => ms,
+                    None => {
+                        eprintln!(
+                            "abflip: MEMNIC_ABFLIP_MS={v:?} is not milliseconds: not flipping"
+                        );
+                        return;
+                    }
+                },
+            };
             let log = std::env::var("MEMNIC_ABFLIP_LOG")
                 .unwrap_or_else(|_| format!("/tmp/memnic-abflip-{}.log", std::process::id()));
+            if let Err(e) = std::fs::write(&log, "") {
+                eprintln!("abflip: cannot write {log}: {e}: not flipping");
+                return;
+            }
+            // Relaxed: set before the flipping thread starts and before any B window; a burst
+            // that reads the old 0 runs variant A, as it would anyway.
             UNDER_TEST.store(k, Relaxed);
             eprintln!("abflip: variant {k} against the rest, {ms}-ms windows, logged to {log}");
             std::thread::spawn(move || flip(Duration::from_millis(ms), &log));
@@ -66,10 +85,12 @@ mod on {
     /// "B 20.760": variant and Mpps).
     fn flip(window: Duration, log: &str) {
         let mut lines = String::new();
-        let mut from = (Instant::now(), FRAMES.load(Relaxed));
+        // Relaxed, all of them: a counter and a switch, nothing published with them; a burst
+        // that reads the switch late runs the old variant for microseconds of the window.
+        let mut from = (Instant::now(), FRAMES.0.load(Relaxed));
         loop {
             std::thread::sleep(window);
-            let to = (Instant::now(), FRAMES.load(Relaxed));
+            let to = (Instant::now(), FRAMES.0.load(Relaxed));
             let b = B.load(Relaxed);
             B.store(!b, Relaxed);
             let secs = (to.0 - from.0).as_secs_f64();
@@ -77,7 +98,8 @@ mod on {
             lines.push_str(&format!("{} {mpps:.3}\n", if b { 'B' } else { 'A' }));
             // The next window starts with the switch (the frames of the old variant's last
             // burst land in it: a burst is microseconds of a quarter second).
-            from = (Instant::now(), FRAMES.load(Relaxed));
+            from = (Instant::now(), FRAMES.0.load(Relaxed));
+            // An even number, so a write that fails stops the flipping on variant A.
             if lines.lines().count() >= LINES_PER_WRITE {
                 let written = std::fs::OpenOptions::new()
                     .create(true)
@@ -95,12 +117,18 @@ mod on {
 
     #[inline(always)]
     pub fn variant(k: u32) -> bool {
+        // Relaxed: see `flip`.
         B.load(Relaxed) && UNDER_TEST.load(Relaxed) == k
     }
 
     #[inline(always)]
     pub fn count(frames: usize) {
-        FRAMES.store(FRAMES.load(Relaxed).wrapping_add(frames as u64), Relaxed);
+        if frames != 0 {
+            // Relaxed, and not an atomic add: one writer (see the module's note on lcores).
+            FRAMES
+                .0
+                .store(FRAMES.0.load(Relaxed).wrapping_add(frames as u64), Relaxed);
+        }
     }
 }
 
@@ -119,7 +147,8 @@ mod on {
 }
 
 /// Starts the flipping thread if `MEMNIC_ABFLIP` names a variant (once per process; testpmd
-/// calls it when its lcores start).
+/// calls it once its ports are set up, before forwarding starts: `memnic abflip-report`
+/// leaves out the first windows).
 pub fn start() {
     on::start()
 }

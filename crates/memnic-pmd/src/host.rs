@@ -194,7 +194,8 @@ struct HostShared {
 /// may poll other ports too; a guest that asks again as soon as each reset is served
 /// (`reset = 1` in a loop) would otherwise have one at every poll and keep that lcore sweeping.
 /// A reset asked for sooner waits (the port receives nothing meanwhile, as during any reset);
-/// an honest guest asks once when it starts, and waits for `valid` far longer than this.
+/// an honest guest asks rarely (when it starts, or changes its frame size) and waits for
+/// `valid` far longer than this.
 ///
 /// Measured (`tests/hostile.rs`, release build, a guest thread setting `reset = 1` whenever it
 /// reads 0, the rx queue polled for 500 ms): without the interval 52,622 sweeps (about 9.5 us
@@ -455,14 +456,14 @@ impl HostShared {
     /// request was pending any more, a queue stayed busy too long (the guest asks again), or
     /// the last reset was served less than [`RESET_INTERVAL`] ago (a later poll serves it).
     fn serve(&self, caller: Option<&GateMember>) -> Option<ResetOutcome> {
-        // Relaxed: a rate limit; two threads that both pass it serve one reset between them
-        // (the second finds none pending, below).
-        if self.now_ns() < self.next_reset_ns.load(Relaxed) {
+        // The cheap look, before the gate is taken; it is made again inside, where one reset
+        // runs at a time (a thread that passed it here may find a reset just served there).
+        if !self.reset_due() {
             return None;
         }
         self.gate.reset(caller, Duration::from_secs(1), || {
             // Another thread may have served it while this one waited for the gate.
-            if !reset_requested(&self.region) {
+            if !reset_requested(&self.region) || !self.reset_due() {
                 return None;
             }
             let out = serve_reset(&self.region, self.frame_size_feature);
@@ -478,6 +479,14 @@ impl HostShared {
             self.next_reset_ns.store(next, Relaxed);
             Some(out)
         })
+    }
+
+    /// Whether [`RESET_INTERVAL`] has passed since the last reset served.
+    fn reset_due(&self) -> bool {
+        // Relaxed: stored inside the gate's reset by whoever served the last one; the gate's
+        // `resetting` lock orders that store before the look made inside the next reset.
+        // Outside it a stale value only sends a thread on to that look, or to the next poll.
+        self.now_ns() >= self.next_reset_ns.load(Relaxed)
     }
 
     fn now_ns(&self) -> u64 {

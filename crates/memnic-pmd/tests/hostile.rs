@@ -372,6 +372,8 @@ fn poll_a_guest_asking_for_resets_in_a_loop_gets_one_sweep_per_interval() {
     let polls = std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Relaxed) {
+                // Acquire pairs with the host's Release store of reset = 0 (serve_reset); the
+                // Release store of 1 is the guest's request (reset_requested's Acquire).
                 if guest.u32(HDR_RESET).load(Acquire) == 0 {
                     guest.u32(HDR_RESET).store(1, Release);
                 }
@@ -396,7 +398,7 @@ fn poll_a_guest_asking_for_resets_in_a_loop_gets_one_sweep_per_interval() {
         "{resets} sweeps in {RUN:?}: more than one per interval"
     );
     assert!(
-        resets >= most / 4,
+        resets >= most / 10,
         "only {resets} of the guest's resets served"
     );
 }

@@ -205,8 +205,12 @@ impl Child {
         stdin.flush().expect("flush to the child");
     }
 
-    /// Sends SIGINT (as Ctrl-C would).
+    /// Sends SIGINT (as Ctrl-C would), unless the child was already reaped (its pid may be
+    /// another process's by now).
     pub fn interrupt(&self) {
+        if self.status.is_some() {
+            return;
+        }
         if let Some(c) = &self.child {
             let _ = Command::new("kill")
                 .args(["-INT", &c.id().to_string()])
@@ -331,7 +335,6 @@ impl Drop for Child {
     }
 }
 
-/// Reads lines from this process's stdin on a thread (a child's channel from its parent).
 /// How a wait names the lines it waits for.
 fn lines_named(tag: &str, n: usize) -> String {
     if n == 1 {
@@ -341,6 +344,7 @@ fn lines_named(tag: &str, n: usize) -> String {
     }
 }
 
+/// Reads lines from this process's stdin on a thread (a child's channel from its parent).
 pub fn stdin_lines() -> Arc<Mutex<Vec<String>>> {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let l = lines.clone();
