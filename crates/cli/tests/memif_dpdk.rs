@@ -99,13 +99,20 @@ fn poll_our_server_with_dpdk_client_both_directions() {
             // Four seconds: at least one of DPDK's statistics prints falls inside them.
             if size > 2048 && !we_send {
                 // DPDK's chains overrun our ring and it may crash once we disconnect it.
-                let out = ours_while_dpdk_forwards_or_dies(ours, &mut peer, 4);
+                let (out, died) = ours_while_dpdk_forwards_or_dies(ours, &mut peer, 4);
                 let d = stop_dpdk(peer);
                 assert!(
                     out.status.success(),
                     "size {size}: our server failed ({}): {}",
                     out.status,
                     String::from_utf8_lossy(&out.stderr)
+                );
+                // DPDK dies of our disconnect only, which a protocol error of its makes.
+                assert!(
+                    !died || n(&json_of(&out), "rx_errors") > 0,
+                    "size {size}: DPDK died ({}) while we counted no error of its: {}",
+                    d.status,
+                    String::from_utf8_lossy(&d.stderr)
                 );
                 // A DPDK that crashed may have lost its statistics: its count is then unknown.
                 let dtx = dpdk_totals_if_printed(&d).map_or(0, |t| t.1);

@@ -232,6 +232,11 @@ impl Child {
         Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
     }
 
+    /// Whether the child has exited (it is reaped if so).
+    pub fn exited(&mut self) -> bool {
+        self.try_status().is_some()
+    }
+
     fn try_status(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             if let Some(c) = self.child.as_mut() {

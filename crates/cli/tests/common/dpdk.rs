@@ -133,17 +133,19 @@ pub fn ours_while_dpdk_forwards(ours: Proc, peer: &mut Proc, secs: u64) -> std::
 /// memif tx writes chained frames past the free slots (see memif_dpdk's `check_we_received`),
 /// our side disconnects it for that, and its disconnect unmaps the regions while its lcore is
 /// still sending (SIGSEGV; its buffered stdout, the forwarding line included, may be lost with
-/// it). Returns our output.
+/// it). Returns our output, and whether DPDK died while our side ran.
 pub fn ours_while_dpdk_forwards_or_dies(
     ours: Proc,
     peer: &mut Proc,
     secs: u64,
-) -> std::process::Output {
+) -> (std::process::Output, bool) {
     // Dead or forwarding, the time counts from here.
     let _ = peer.wait_for_lines_or_exit("packet forwarding - ports=", 1, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(secs));
+    // Looked at before ours stops: our own disconnect at exit may crash it too.
+    let died = peer.exited();
     ours.interrupt();
-    ours.wait(Duration::from_secs(30))
+    (ours.wait(Duration::from_secs(30)), died)
 }
 
 pub fn stop_dpdk(p: Proc) -> std::process::Output {
