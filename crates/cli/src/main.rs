@@ -53,7 +53,10 @@ fn main() {
             .and_then(|exe| memnic_bench::main(a, exe)),
         Cmd::AbflipReport { log, skip } => std::fs::read_to_string(&log)
             .map_err(|e| format!("abflip-report: cannot read {}: {e}", log.display()))
-            .and_then(|text| memnic_bench::abflip::report(&text, skip))
+            .and_then(|text| {
+                memnic_bench::abflip::report(&text, skip)
+                    .map_err(|e| format!("abflip-report: {}: {e}", log.display()))
+            })
             .map(|r| println!("{}", memnic_bench::abflip::line(&r))),
     };
     if let Err(msg) = res {

@@ -377,3 +377,32 @@ fn without_dpdk_the_refusal_names_the_packages() {
     }
     let _ = std::fs::remove_dir(&empty);
 }
+
+/// `memnic abflip-report`: a log's B windows against their A neighbours, one line; a missing
+/// or malformed log is one sentence and exit 2.
+#[test]
+fn abflip_report_reads_a_log_and_refuses_a_bad_one_in_a_sentence() {
+    let dir = std::env::temp_dir().join(format!("memnic-abflip-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.log");
+    // With --skip 0: B 12 between A 10 and A 14 (1.0), B 18 between A 14 and A 10 (1.5).
+    std::fs::write(&good, "A 10\nB 12\nA 14\nB 18\nA 10\n").unwrap();
+    let out = memnic(&["abflip-report", good.to_str().unwrap(), "--skip", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "n=2 B/A p20/p50/p80 1.100/1.250/1.400  A p50 10.00  B p50 15.00 Mpps"
+    );
+    let bad = dir.join("bad.log");
+    std::fs::write(&bad, "A 10\nB fast\n").unwrap();
+    let missing = dir.join("missing.log");
+    for (log, says) in [(&bad, "line 2 is not a window"), (&missing, "cannot read")] {
+        let out = memnic(&["abflip-report", log.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("memnic: abflip-report: "), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
