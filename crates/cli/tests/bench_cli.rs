@@ -34,6 +34,14 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A refusal: exit 2 and one line on stderr, which it returns.
+fn refused_in_a_sentence(out: &Output) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
 fn succeeded(out: &Output) {
     assert!(
         out.status.success(),
@@ -369,9 +377,7 @@ fn without_dpdk_the_refusal_names_the_packages() {
         cmd.args(["bench", bench, "--rounds", "1"])
             .env("PATH", &empty);
         let out = Proc::spawn(cmd, Stdin::Null).wait(Duration::from_secs(30));
-        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-        let err = stderr(&out);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = refused_in_a_sentence(&out);
         assert!(err.contains("dpdk-testpmd is not installed"), "{err}");
         assert!(err.contains(packages), "{err}");
     }
@@ -397,10 +403,7 @@ fn abflip_report_reads_a_log_and_refuses_a_bad_one_in_a_sentence() {
     std::fs::write(&bad, "A 10\nB fast\n").unwrap();
     let missing = dir.join("missing.log");
     for (log, says) in [(&bad, "line 2 is not a window"), (&missing, "cannot read")] {
-        let out = memnic(&["abflip-report", log.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-        let err = stderr(&out);
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = refused_in_a_sentence(&memnic(&["abflip-report", log.to_str().unwrap()]));
         assert!(err.starts_with("memnic: abflip-report: "), "{err}");
         assert!(err.contains(says), "{err}");
     }
