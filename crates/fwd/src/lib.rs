@@ -10,6 +10,8 @@ pub mod capture;
 pub mod pkt;
 pub mod report;
 mod stream;
+#[cfg(test)]
+mod test_port;
 pub mod verify;
 
 pub use capture::{Capture, CaptureCounts, CaptureSpec};
@@ -542,6 +544,33 @@ mod tests {
         assert_eq!(distribute(5, 2), [0..3, 3..5]);
         assert_eq!(distribute(4, 4), [0..1, 1..2, 2..3, 3..4]);
         assert_eq!(distribute(1, 3), [0..1, 1..1, 1..1]);
+    }
+
+    /// An lcore stuck in a burst until its port's control work runs (memif's kick on a line
+    /// the peer jammed): `stop` services the ports until the lcore is out, instead of waiting
+    /// on it for ever.
+    #[test]
+    fn stop_services_the_ports_until_a_stuck_lcore_is_out() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let port = test_port::TestPort::default();
+        let (stuck, serviced) = (port.stuck.clone(), port.serviced.clone());
+        let bursts = port.tx_bursts.clone();
+        stuck.store(true, SeqCst);
+        let mut engine = test_port::engine(port, FwdMode::TxOnly, "stop-test");
+        engine.start(false).unwrap();
+        // Stuck in its first tx burst before the stop (else it might see the stop first).
+        while bursts.load(SeqCst) == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let t = std::time::Instant::now();
+        engine.stop().unwrap();
+        assert!(
+            t.elapsed() < test_port::STUCK_FOR / 2,
+            "stop waited {:?} on the stuck lcore",
+            t.elapsed()
+        );
+        assert!(serviced.load(SeqCst) > 0);
+        assert!(!stuck.load(SeqCst));
     }
 
     #[test]

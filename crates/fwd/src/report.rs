@@ -351,86 +351,13 @@ pub fn fwd_stats(ports: &[PortReport]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{FwdConfig, FwdMode, QueuePools, StreamSpec};
-    use memnic_ethdev::{
-        LinkStatus, MacAddr, Mbuf, Port, PortError, PortInfo, QueueStats, RxQueue, TxQueue,
-    };
-    use memnic_pktbuf::{Mempool, PoolConfig};
-
-    /// A port whose tx queue never takes a frame and whose rx queue never has one: every
-    /// frame txonly makes is dropped by the engine.
-    struct BlackHole;
-    struct Nothing;
-
-    impl RxQueue for Nothing {
-        fn rx_burst(&mut self, _: &mut Vec<Mbuf>, _: usize) -> usize {
-            0
-        }
-        fn stats(&self) -> QueueStats {
-            QueueStats::default()
-        }
-    }
-    impl TxQueue for Nothing {
-        fn tx_burst(&mut self, _: &mut Vec<Mbuf>) -> usize {
-            0
-        }
-        fn stats(&self) -> QueueStats {
-            QueueStats::default()
-        }
-    }
-    impl Port for BlackHole {
-        fn info(&self) -> PortInfo {
-            PortInfo {
-                driver: "test",
-                name: "hole0".into(),
-                mac: MacAddr([2, 0, 0, 0, 0, 1]),
-                max_frame_len: 1518,
-                max_rx_queues: 1,
-                max_tx_queues: 1,
-            }
-        }
-        fn link(&self) -> LinkStatus {
-            LinkStatus {
-                up: true,
-                speed_mbps: 10000,
-            }
-        }
-        fn take_rx_queue(&mut self, _: u16, _: &Mempool) -> Result<Box<dyn RxQueue>, PortError> {
-            Ok(Box::new(Nothing))
-        }
-        fn take_tx_queue(&mut self, _: u16, _: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {
-            Ok(Box::new(Nothing))
-        }
-        fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
-            (vec![QueueStats::default()], vec![QueueStats::default()])
-        }
-    }
+    use crate::test_port::{engine, TestPort};
+    use crate::FwdMode;
 
     #[test]
     fn clearing_after_drops_restarts_every_count_at_zero() {
-        let cfg = FwdConfig {
-            mode: FwdMode::TxOnly,
-            ..Default::default()
-        };
-        let spec = StreamSpec {
-            rx_port: 0,
-            rx_queue: 0,
-            tx_port: 0,
-            tx_queue: 0,
-        };
-        let pool = Mempool::new(&PoolConfig {
-            huge: false,
-            ..PoolConfig::new("report-test", 512)
-        })
-        .unwrap();
-        let mut engine = Engine::new(vec![Box::new(BlackHole)], cfg, vec![spec], &[0], |_, _| {
-            QueuePools {
-                rx: pool.clone(),
-                tx: pool.clone(),
-                private: pool.clone(),
-            }
-        })
-        .unwrap();
+        // Its tx queue takes nothing: every frame txonly makes is dropped by the engine.
+        let mut engine = engine(TestPort::default(), FwdMode::TxOnly, "report-test");
         let mut meter = Meter::new(&mut engine);
         engine.start(false).unwrap();
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
