@@ -958,34 +958,6 @@ fn serve(shared: &Arc<Shared>, cfg: &VhostConfig, stream: UnixStream) {
 mod tests {
     use super::*;
 
-    /// The calls made outside an install's reach: a queue's in `wait` (outside its burst, so
-    /// its ring may be replaced meanwhile) and the control thread's. A write blocked on a
-    /// jammed eventfd listed there is released by the watchdog, with no frontend connected.
-    #[test]
-    fn the_watchdog_releases_calls_blocked_outside_the_rings_in_place() {
-        let dir = std::env::temp_dir().join(format!("memnic-calling-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let port = VhostPort::new("calling", VhostConfig::new(dir.join("s"))).unwrap();
-        for in_slot in [true, false] {
-            let call = Arc::new(EventFd::new().unwrap());
-            call.try_clone().unwrap().jam().unwrap();
-            if in_slot {
-                *port.shared.slot(1).calling.lock().unwrap() = Some(call.clone());
-            } else {
-                port.shared.calling.lock().unwrap().push(call.clone());
-            }
-            let ours = call.notify_blocking_elsewhere().unwrap();
-            assert!(
-                ours.returned_within(Duration::from_secs(5)),
-                "released (in the slot: {in_slot})"
-            );
-            port.shared.slot(1).calling.lock().unwrap().take();
-            port.shared.calling.lock().unwrap().clear();
-        }
-        drop(port);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
     #[test]
     fn devargs_turn_dequeue_zero_copy_on_with_dpdks_name() {
         let parse = |s: &str| VhostConfig::from_devargs(&Devargs::parse(s, DEVARGS_KEYS).unwrap());

@@ -529,6 +529,17 @@ fn call_fd() -> EventFd {
     EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK).unwrap()
 }
 
+/// A descriptor of `ev`'s counter as memnic's own eventfd type, passed over a socket as the
+/// port got its copy (no unsafe conversion of a raw descriptor).
+fn as_shm_eventfd(ev: &EventFd) -> memnic_shm::unix::EventFd {
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    a.send_with_fd(&[0u8][..], ev.as_raw_fd()).unwrap();
+    let (_, file) = b.recv_with_fd(&mut [0u8; 1]).unwrap();
+    let fd = std::os::fd::OwnedFd::from(file.expect("the descriptor sent"));
+    memnic_shm::unix::EventFd::from_fd(fd).unwrap()
+}
+
 /// A dequeue that publishes while the driver has every call off does not look again at once
 /// (no fence): it leaves the look to its next poll, which calls the driver if it turned calls
 /// on meanwhile, and only once.
@@ -579,6 +590,84 @@ fn a_call_skipped_while_calls_were_off_is_made_when_the_ring_stops_before_the_ne
             r.send_and_take("a frame on the restarted ring");
             assert!(r.called(), "{what}: the restarted ring calls");
         }
+    }
+}
+
+/// A queue about to sleep makes the call it owes from `wait()`, outside its burst, where its
+/// ring can be replaced meanwhile. A frontend that jams that call fd just after our look (the
+/// write then blocks) and gives the ring a new call fd has hidden the stuck one from the ring;
+/// the watchdog finds it still (the queue lists it in `VringSlot::calling`), empties it, which
+/// lets the queue out, and drops the frontend.
+#[test]
+fn a_call_jammed_in_wait_is_emptied_after_the_ring_got_a_new_call_fd() {
+    for packed in [true, false] {
+        let mut r = CallRig::new(if packed { "fe11p" } else { "fe11s" }, packed);
+        let what = r.what();
+        r.owe_a_check();
+        r.calls(true);
+        // The frontend's own descriptor of the call fd: the counter the queue's copy writes.
+        let theirs = std::sync::Arc::new(as_shm_eventfd(&r.call));
+        let (f, jam) = (r.f.clone(), theirs.clone());
+        theirs
+            .before_next_notify_write(move || {
+                f.set_vring_call(1, &call_fd()).unwrap();
+                jam.jam().unwrap();
+            })
+            .unwrap();
+        let rxq = &mut r.rig.rxq;
+        let released = std::thread::scope(|s| {
+            let sleeper = s.spawn(move || rxq.wait(Duration::from_millis(1)));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !sleeper.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let released = sleeper.is_finished();
+            // A failing run: let the queue out ourselves, so the scope can end.
+            while !sleeper.is_finished() {
+                let _ = theirs.unjam();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            released
+        });
+        assert!(
+            released,
+            "{what}: the watchdog empties the call stuck in wait()"
+        );
+        let why = r.rig.tp.wait_disconnects(1);
+        assert!(why.contains("filled a call eventfd"), "{what}: {why}");
+    }
+}
+
+/// The control thread makes the call a stopped ring owed (GET_VRING_BASE after a burst that
+/// deferred its check), outside every queue, on a ring no longer in place. A frontend that jams
+/// that call fd just after our look leaves the control thread's write blocked; the watchdog
+/// finds it (listed in `Shared::calling`), empties it and drops the frontend.
+#[test]
+fn a_call_jammed_on_the_control_thread_is_emptied() {
+    for packed in [true, false] {
+        let mut r = CallRig::new(if packed { "fe12p" } else { "fe12s" }, packed);
+        let what = r.what();
+        r.owe_a_check();
+        r.calls(true);
+        let theirs = std::sync::Arc::new(as_shm_eventfd(&r.call));
+        let jam = theirs.clone();
+        theirs
+            .before_next_notify_write(move || jam.jam().unwrap())
+            .unwrap();
+        let f = r.f.clone();
+        // Its reply may never come: the frontend is dropped.
+        let stop = std::thread::spawn(move || f.get_vring_base(1));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while r.rig.tp.port.disconnects() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if r.rig.tp.port.disconnects() == 0 {
+            let _ = theirs.unjam(); // let the control thread out before the port is dropped
+            panic!("{what}: the watchdog empties the call stuck on the control thread");
+        }
+        let why = r.rig.tp.wait_disconnects(1);
+        assert!(why.contains("filled a call eventfd"), "{what}: {why}");
+        let _ = stop.join();
     }
 }
 

@@ -71,6 +71,8 @@ impl EventFd {
         if self.is_full()? {
             return Ok(());
         }
+        #[cfg(feature = "fault-injection")]
+        fault::between_look_and_write(self);
         match self.write(1) {
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(()),
             r => r.map_err(|source| os_err("notify", "an eventfd", source)),
@@ -175,6 +177,24 @@ impl EventFd {
             .map_err(|source| os_err("fill", "an eventfd", source))
     }
 
+    /// Fault injection, for tests (feature `fault-injection`): the next
+    /// [`notify`](Self::notify) of this eventfd's counter in this process, through any
+    /// descriptor of it (a peer's copy received over a socket included), runs `f` after its
+    /// look and before its write: the moment in which a hostile peer [`jam`](Self::jam)ming
+    /// the counter leaves that write blocked, which no timing can hit on purpose.
+    #[cfg(feature = "fault-injection")]
+    pub fn before_next_notify_write(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let id = fault::eventfd_id(self.fd.as_fd()).ok_or_else(|| {
+            os_err(
+                "read the id of",
+                "an eventfd",
+                io::Error::other("no eventfd-id in /proc/self/fdinfo"),
+            )
+        })?;
+        fault::arm(id, Box::new(f));
+        Ok(())
+    }
+
     /// A plain write of 1 on a thread of its own, which blocks while the counter is full and
     /// O_NONBLOCK is clear: the write of a [`notify`](Self::notify) whose look came just
     /// before a peer [`jam`](Self::jam)med the counter, on the lcore it would hold. For tests.
@@ -219,6 +239,57 @@ impl EventFd {
             .try_clone()
             .map_err(|source| os_err("duplicate", "an eventfd", source))?;
         Ok(EventFd { fd })
+    }
+}
+
+/// What [`EventFd::before_next_notify_write`] arms: actions keyed by the eventfd's id (one
+/// counter, whichever descriptor of it is used), each run once.
+#[cfg(feature = "fault-injection")]
+mod fault {
+    use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Mutex;
+
+    type Action = Box<dyn FnOnce() + Send>;
+
+    /// Whether anything is armed: a notify with nothing armed reads no fdinfo. SeqCst: test
+    /// plumbing, off any hot path that matters.
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static PENDING: Mutex<Vec<(u64, Action)>> = Mutex::new(Vec::new());
+
+    /// The counter's id (`eventfd-id` in `/proc/self/fdinfo`), the same through every
+    /// descriptor of one eventfd.
+    pub(super) fn eventfd_id(fd: BorrowedFd<'_>) -> Option<u64> {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("eventfd-id:"))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    pub(super) fn arm(id: u64, f: Action) {
+        let mut p = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+        p.push((id, f));
+        ARMED.store(true, SeqCst);
+    }
+
+    /// Runs (outside the lock) the action armed for `ev`'s counter, if any.
+    pub(super) fn between_look_and_write(ev: &super::EventFd) {
+        if !ARMED.load(SeqCst) {
+            return;
+        }
+        let Some(id) = eventfd_id(ev.fd.as_fd()) else {
+            return;
+        };
+        let action = {
+            let mut p = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+            let i = p.iter().position(|(armed, _)| *armed == id);
+            let action = i.map(|i| p.swap_remove(i).1);
+            ARMED.store(!p.is_empty(), SeqCst);
+            action
+        };
+        if let Some(f) = action {
+            f();
+        }
     }
 }
 
