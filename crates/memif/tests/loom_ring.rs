@@ -18,6 +18,7 @@ use loom::sync::atomic::AtomicU16;
 use loom::sync::Arc;
 use loom::thread;
 use memnic_memif::msg::RingDirection;
+use memnic_memif::queue::REFILL_SHARE;
 use memnic_memif::ring::{publish, Counter};
 use memnic_memif::window::Window;
 
@@ -204,8 +205,14 @@ fn refill<H: Counter, T>(r: &Ring<H, T>, head: &mut u16, seen: u16) {
 }
 
 /// S2C, the client receiving (`MemifRxQueue::rx_client`'s steps): window on the server's tail
-/// (bounded by our own head), read, refill.
-fn client_rx<H: Counter, T: Counter>(r: &Ring<H, T>, count: usize, max: u16) -> Vec<u64> {
+/// (bounded by our own head), read, refill once `1/share` of the ring is free (the driver's
+/// `REFILL_SHARE`; below that share's ring size, every burst).
+fn client_rx<H: Counter, T: Counter>(
+    r: &Ring<H, T>,
+    count: usize,
+    max: u16,
+    share: u16,
+) -> Vec<u64> {
     let (mut head, mut seen) = (START, START);
     refill(r, &mut head, seen); // at connect
     let mut got = Vec::new();
@@ -221,7 +228,9 @@ fn client_rx<H: Counter, T: Counter>(r: &Ring<H, T>, count: usize, max: u16) -> 
             got.push(r.read(w.slot(i)));
         }
         seen = w.slot(n);
-        refill(r, &mut head, seen);
+        if r.size - head.wrapping_sub(seen) >= r.size / share {
+            refill(r, &mut head, seen);
+        }
     }
     got
 }
@@ -287,7 +296,7 @@ fn c2s<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape) {
     );
 }
 
-fn s2c<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape) {
+fn s2c<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape, share: u16) {
     EXPLORED.store(0, std::sync::atomic::Ordering::Relaxed);
     model(move || {
         EXPLORED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -297,7 +306,7 @@ fn s2c<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape) {
             let (r, vals) = (r.clone(), vals.clone());
             thread::spawn(move || server_tx(&r, &vals, s.burst))
         };
-        let got = client_rx(&r, vals.len(), s.max);
+        let got = client_rx(&r, vals.len(), s.max, share);
         p.join().unwrap();
         assert_eq!(got, vals, "every frame arrives intact, once, in order");
     });
@@ -359,32 +368,56 @@ fn c2s_four_slots_twice_round() {
 fn s2c_two_slots_wrapping() {
     // The client posts capacities and the server fills: each slot's length is written by both
     // sides in turn, so both counters' orderings are exercised in both directions.
-    s2c::<Loom, Loom>(Shape {
-        size: 2,
-        count: 3,
-        burst: 1,
-        max: 1,
-    });
+    s2c::<Loom, Loom>(
+        Shape {
+            size: 2,
+            count: 3,
+            burst: 1,
+            max: 1,
+        },
+        REFILL_SHARE,
+    );
+}
+
+#[test]
+fn s2c_four_slots_refilled_in_runs_of_two() {
+    // The client hands slots back only once half the ring is free (the driver's rule with a
+    // share of 2): the server meanwhile fills what stays posted, and nothing stalls.
+    s2c::<Loom, Loom>(
+        Shape {
+            size: 4,
+            count: 6,
+            burst: 3,
+            max: 1,
+        },
+        2,
+    );
 }
 
 #[test]
 fn s2c_four_slots_wrapping() {
-    s2c::<Loom, Loom>(Shape {
-        size: 4,
-        count: 6,
-        burst: 3,
-        max: 2,
-    });
+    s2c::<Loom, Loom>(
+        Shape {
+            size: 4,
+            count: 6,
+            burst: 3,
+            max: 2,
+        },
+        REFILL_SHARE,
+    );
 }
 
 #[test]
 fn s2c_four_slots_twice_round() {
-    s2c::<Loom, Loom>(Shape {
-        size: 4,
-        count: 9,
-        burst: 2,
-        max: 3,
-    });
+    s2c::<Loom, Loom>(
+        Shape {
+            size: 4,
+            count: 9,
+            burst: 2,
+            max: 3,
+        },
+        REFILL_SHARE,
+    );
 }
 
 /// Control: the client publishing head with a Relaxed store lets the server read a slot before
@@ -418,12 +451,15 @@ fn relaxed_tail_publish_is_caught() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn relaxed_tail_load_is_caught() {
-    s2c::<Loom, RelaxedLoad>(Shape {
-        size: 2,
-        count: 2,
-        burst: 1,
-        max: 1,
-    });
+    s2c::<Loom, RelaxedLoad>(
+        Shape {
+            size: 2,
+            count: 2,
+            burst: 1,
+            max: 1,
+        },
+        REFILL_SHARE,
+    );
 }
 
 /// Control: the server reusing S2C slots on a head read with a Relaxed load writes a slot whose
@@ -431,10 +467,13 @@ fn relaxed_tail_load_is_caught() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn relaxed_head_load_is_caught() {
-    s2c::<RelaxedLoad, Loom>(Shape {
-        size: 2,
-        count: 2,
-        burst: 1,
-        max: 1,
-    });
+    s2c::<RelaxedLoad, Loom>(
+        Shape {
+            size: 2,
+            count: 2,
+            burst: 1,
+            max: 1,
+        },
+        REFILL_SHARE,
+    );
 }

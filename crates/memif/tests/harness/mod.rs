@@ -29,7 +29,7 @@ use memnic_ethdev::gate::Gate;
 use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Mbuf, Mempool, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue};
 use memnic_memif::queue::{
-    Broken, Conn, MemifRxQueue, MemifTxQueue, Prefilled, QueueCore, QueueSlot, Role,
+    Broken, Conn, MemifRxQueue, MemifTxQueue, Prefilled, QueueCore, QueueSlot, Role, REFILL_SHARE,
 };
 use memnic_memif::ring::{ring_bytes, Regions, Ring};
 use memnic_pktbuf::PoolConfig;
@@ -486,10 +486,12 @@ impl Harness {
         self.m.rx_seen = seen;
         self.m.rx_parked = parked;
         if self.is_client() {
-            // Refill: every free slot posted again, head published if it moved. The zero-copy
-            // descriptors are learnt after the burst (the driver picks the buffers).
+            // Refill, once an eighth of the ring (REFILL_SHARE) is free: every free slot posted
+            // again, head published if it moved. The zero-copy descriptors are learnt after the
+            // burst (the driver picks the buffers).
             let mut own = self.m.rx_own;
-            while own.wrapping_sub(seen) < size {
+            let refills = size - own.wrapping_sub(seen) >= size / REFILL_SHARE;
+            while refills && own.wrapping_sub(seen) < size {
                 if self.kind == Kind::ClientCopy {
                     let off = self.base(ring) + (own & self.mask) as usize * self.bsize as usize;
                     mem.set_desc(
@@ -723,9 +725,15 @@ impl Harness {
                 }
                 self.check_broken(None, "rx");
                 if live && self.is_client() {
-                    // Refill posted every free slot. Zero copy: which buffers is the driver's
-                    // choice; learn them from the ring, checking each descriptor's shape.
-                    let own = self.m.rx_seen.wrapping_add(self.size);
+                    // Refill posted every free slot, once an eighth of the ring was free.
+                    // Zero copy: which buffers is the driver's choice; learn them from the
+                    // ring, checking each descriptor's shape.
+                    let free = self.size - self.m.rx_own.wrapping_sub(self.m.rx_seen);
+                    let own = if free >= self.size / REFILL_SHARE {
+                        self.m.rx_seen.wrapping_add(self.size)
+                    } else {
+                        self.m.rx_own
+                    };
                     if self.kind == Kind::ClientZeroCopy {
                         let got = self.snapshot();
                         let ring = self.rx_ring_off();
