@@ -296,7 +296,12 @@ fn c2s<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape) {
     );
 }
 
-fn s2c<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape, share: u16) {
+fn s2c<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape) {
+    s2c_refilling::<H, T>(s, REFILL_SHARE);
+}
+
+/// [`s2c`] with the client refilling once `1/share` of the ring is free.
+fn s2c_refilling<H: New + Counter + 'static, T: New + Counter + 'static>(s: Shape, share: u16) {
     EXPLORED.store(0, std::sync::atomic::Ordering::Relaxed);
     model(move || {
         EXPLORED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -368,22 +373,19 @@ fn c2s_four_slots_twice_round() {
 fn s2c_two_slots_wrapping() {
     // The client posts capacities and the server fills: each slot's length is written by both
     // sides in turn, so both counters' orderings are exercised in both directions.
-    s2c::<Loom, Loom>(
-        Shape {
-            size: 2,
-            count: 3,
-            burst: 1,
-            max: 1,
-        },
-        REFILL_SHARE,
-    );
+    s2c::<Loom, Loom>(Shape {
+        size: 2,
+        count: 3,
+        burst: 1,
+        max: 1,
+    });
 }
 
 #[test]
 fn s2c_four_slots_refilled_in_runs_of_two() {
     // The client hands slots back only once half the ring is free (the driver's rule with a
     // share of 2): the server meanwhile fills what stays posted, and nothing stalls.
-    s2c::<Loom, Loom>(
+    s2c_refilling::<Loom, Loom>(
         Shape {
             size: 4,
             count: 6,
@@ -396,28 +398,22 @@ fn s2c_four_slots_refilled_in_runs_of_two() {
 
 #[test]
 fn s2c_four_slots_wrapping() {
-    s2c::<Loom, Loom>(
-        Shape {
-            size: 4,
-            count: 6,
-            burst: 3,
-            max: 2,
-        },
-        REFILL_SHARE,
-    );
+    s2c::<Loom, Loom>(Shape {
+        size: 4,
+        count: 6,
+        burst: 3,
+        max: 2,
+    });
 }
 
 #[test]
 fn s2c_four_slots_twice_round() {
-    s2c::<Loom, Loom>(
-        Shape {
-            size: 4,
-            count: 9,
-            burst: 2,
-            max: 3,
-        },
-        REFILL_SHARE,
-    );
+    s2c::<Loom, Loom>(Shape {
+        size: 4,
+        count: 9,
+        burst: 2,
+        max: 3,
+    });
 }
 
 /// Control: the client publishing head with a Relaxed store lets the server read a slot before
@@ -451,15 +447,12 @@ fn relaxed_tail_publish_is_caught() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn relaxed_tail_load_is_caught() {
-    s2c::<Loom, RelaxedLoad>(
-        Shape {
-            size: 2,
-            count: 2,
-            burst: 1,
-            max: 1,
-        },
-        REFILL_SHARE,
-    );
+    s2c::<Loom, RelaxedLoad>(Shape {
+        size: 2,
+        count: 2,
+        burst: 1,
+        max: 1,
+    });
 }
 
 /// Control: the server reusing S2C slots on a head read with a Relaxed load writes a slot whose
@@ -467,13 +460,10 @@ fn relaxed_tail_load_is_caught() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn relaxed_head_load_is_caught() {
-    s2c::<RelaxedLoad, Loom>(
-        Shape {
-            size: 2,
-            count: 2,
-            burst: 1,
-            max: 1,
-        },
-        REFILL_SHARE,
-    );
+    s2c::<RelaxedLoad, Loom>(Shape {
+        size: 2,
+        count: 2,
+        burst: 1,
+        max: 1,
+    });
 }

@@ -523,6 +523,27 @@ impl CallRig {
     fn called(&self) -> bool {
         called(&self.call)
     }
+
+    /// Owes a call with calls on, and arms the next notify of the call fd: `then` runs between
+    /// our look and our write, and the frontend's copy of the fd is then filled to the top, so
+    /// that write blocks. Returns the frontend's copy (to empty it in a failing run).
+    fn jam_the_owed_call(
+        &mut self,
+        then: impl FnOnce() + Send + 'static,
+    ) -> std::sync::Arc<memnic_shm::unix::EventFd> {
+        self.owe_a_check();
+        self.calls(true);
+        // The frontend's own descriptor of the call fd: the counter the queue's copy writes.
+        let theirs = std::sync::Arc::new(as_shm_eventfd(&self.call));
+        let jam = theirs.clone();
+        theirs
+            .before_next_notify_write(move || {
+                then();
+                jam.jam().unwrap();
+            })
+            .unwrap();
+        theirs
+    }
 }
 
 fn call_fd() -> EventFd {
@@ -530,7 +551,7 @@ fn call_fd() -> EventFd {
 }
 
 /// A descriptor of `ev`'s counter as memnic's own eventfd type, passed over a socket as the
-/// port got its copy (no unsafe conversion of a raw descriptor).
+/// port got its copy: a received `File`, never a raw number turned into an owned descriptor.
 fn as_shm_eventfd(ev: &EventFd) -> memnic_shm::unix::EventFd {
     use vmm_sys_util::sock_ctrl_msg::ScmSocket;
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -603,17 +624,8 @@ fn a_call_jammed_in_wait_is_emptied_after_the_ring_got_a_new_call_fd() {
     for packed in [true, false] {
         let mut r = CallRig::new(if packed { "fe11p" } else { "fe11s" }, packed);
         let what = r.what();
-        r.owe_a_check();
-        r.calls(true);
-        // The frontend's own descriptor of the call fd: the counter the queue's copy writes.
-        let theirs = std::sync::Arc::new(as_shm_eventfd(&r.call));
-        let (f, jam) = (r.f.clone(), theirs.clone());
-        theirs
-            .before_next_notify_write(move || {
-                f.set_vring_call(1, &call_fd()).unwrap();
-                jam.jam().unwrap();
-            })
-            .unwrap();
+        let f = r.f.clone();
+        let theirs = r.jam_the_owed_call(move || f.set_vring_call(1, &call_fd()).unwrap());
         let rxq = &mut r.rig.rxq;
         let released = std::thread::scope(|s| {
             let sleeper = s.spawn(move || rxq.wait(Duration::from_millis(1)));
@@ -647,13 +659,7 @@ fn a_call_jammed_on_the_control_thread_is_emptied() {
     for packed in [true, false] {
         let mut r = CallRig::new(if packed { "fe12p" } else { "fe12s" }, packed);
         let what = r.what();
-        r.owe_a_check();
-        r.calls(true);
-        let theirs = std::sync::Arc::new(as_shm_eventfd(&r.call));
-        let jam = theirs.clone();
-        theirs
-            .before_next_notify_write(move || jam.jam().unwrap())
-            .unwrap();
+        let theirs = r.jam_the_owed_call(|| {});
         let f = r.f.clone();
         // Its reply may never come: the frontend is dropped.
         let stop = std::thread::spawn(move || f.get_vring_base(1));
