@@ -326,8 +326,8 @@ pub(crate) fn transmit_single(
     let mut taken = 0;
     let mut sent = 0u64;
     let mut bytes = 0u64;
-    // Slots written with streaming stores and not yet published.
-    let mut streamed = [0usize; MAX_BURST];
+    // Slots written with streaming stores and not yet published: the run of `nstreamed`
+    // slots before `i` (each frame taken advances `i` by one slot, an oversize one by none).
     let mut nstreamed = 0;
     // Frames the burst streamed, for the tuner's counters.
     let mut streamed_in_all = 0u32;
@@ -354,13 +354,12 @@ pub(crate) fn transmit_single(
         match src {
             Some(src) => {
                 stream_slot(region, off, len, src);
-                streamed[nstreamed] = off;
                 nstreamed += 1;
                 streamed_in_all += 1;
             }
             None => {
                 // Published in order: the streamed slots before this one go first.
-                publish_streamed(region, &streamed[..nstreamed]);
+                publish_streamed(region, dir, i, nstreamed);
                 nstreamed = 0;
                 prefetch_next_slot(region, dir, i, pkts.get(taken + 1), stream_max);
                 write_slot(region, off, m);
@@ -372,7 +371,7 @@ pub(crate) fn transmit_single(
         sent += 1;
         bytes += len as u64;
     }
-    publish_streamed(region, &streamed[..nstreamed]);
+    publish_streamed(region, dir, i, nstreamed);
     *idx = i;
     st.packets += sent;
     st.bytes += bytes;
@@ -499,16 +498,17 @@ fn streamed_len(len: u32) -> usize {
     (SLOT_DATA + len as usize).next_multiple_of(16) - SLOT_DATA
 }
 
-/// Fences the streamed slots' stores, then publishes the slots in order.
+/// Fences the stores of the `n` streamed slots before slot `end` of ring `dir`, then
+/// publishes them in order.
 #[inline(always)]
-fn publish_streamed(region: &Region, offs: &[usize]) {
-    if offs.is_empty() {
+fn publish_streamed(region: &Region, dir: Dir, end: usize, n: usize) {
+    if n == 0 {
         return;
     }
     // The streaming stores are weakly ordered: the fence puts them before the Release stores of
     // `publish` (P1), which alone would not order them.
     memnic_shm::store_fence();
-    for &off in offs {
-        slot::publish(region.u32(off));
+    for k in (1..=n).rev() {
+        slot::publish(region.u32(slot_off(dir, end + NR_PACKET - k)));
     }
 }
