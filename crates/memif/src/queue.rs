@@ -561,7 +561,8 @@ impl MemifTxQueue {
         let mut bytes = 0;
         let n = pkts.len().min(MAX_BURST);
         // Zero copy: the slot each sent frame is parked in (+1), 0 for frames that were copied.
-        let mut park = [0u16; MAX_BURST];
+        // Copy mode parks nothing (and zeroes no array per burst).
+        let mut park = c.zero_copy_region.is_some().then_some([0u16; MAX_BURST]);
         let (base, bsize) = c.buffers.unwrap_or((0, 0));
         let layout = ToLayout {
             ring,
@@ -593,7 +594,9 @@ impl MemifTxQueue {
                     offset,
                 };
                 ring.write_desc(slot, d);
-                park[sent] = slot + 1;
+                if let Some(park) = park.as_mut() {
+                    park[sent] = slot + 1;
+                }
                 head = head.wrapping_add(1);
                 free -= 1;
             } else {
@@ -633,11 +636,20 @@ impl MemifTxQueue {
             sent += 1;
         }
         stats.bytes += bytes;
-        for (m, p) in pkts.drain(..sent).zip(park) {
-            if p == 0 {
-                cache.free(m);
-            } else {
-                parked[(p - 1) as usize] = Some(m);
+        match park {
+            None => {
+                for m in pkts.drain(..sent) {
+                    cache.free(m);
+                }
+            }
+            Some(park) => {
+                for (m, p) in pkts.drain(..sent).zip(park) {
+                    if p == 0 {
+                        cache.free(m);
+                    } else {
+                        parked[(p - 1) as usize] = Some(m);
+                    }
+                }
             }
         }
         if head != *own {
