@@ -839,20 +839,39 @@ pub(crate) unsafe fn stream_bytes(src: *const u8, dst: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        // Fewer than 16 bytes before the first aligned one, and after the last whole 16.
         let head = dst.align_offset(16).min(len);
         let end = head + ((len - head) & !15);
         // SAFETY: the caller's ranges hold `len` bytes; `head <= end <= len`, so every move
         // lies inside them; the streaming stores' destinations (`dst + head + 16k`) are
-        // 16-aligned, as MOVNTDQ requires, and their loads are unaligned ones.
+        // 16-aligned, as MOVNTDQ requires, and their loads are unaligned ones. The head and
+        // the tail are each under 16 bytes, as `copy_short` requires.
         unsafe {
-            copy_bytes(src, dst, head);
+            if head > 0 {
+                copy_short(src, dst, head);
+            }
             let mut k = head;
+            // A line's worth a step while one is left (a short frame is one or two steps).
+            while k + 64 <= end {
+                let (s, d) = (src.add(k), dst.add(k));
+                let v0 = _mm_loadu_si128(s.cast::<__m128i>());
+                let v1 = _mm_loadu_si128(s.add(16).cast::<__m128i>());
+                let v2 = _mm_loadu_si128(s.add(32).cast::<__m128i>());
+                let v3 = _mm_loadu_si128(s.add(48).cast::<__m128i>());
+                _mm_stream_si128(d.cast::<__m128i>(), v0);
+                _mm_stream_si128(d.add(16).cast::<__m128i>(), v1);
+                _mm_stream_si128(d.add(32).cast::<__m128i>(), v2);
+                _mm_stream_si128(d.add(48).cast::<__m128i>(), v3);
+                k += 64;
+            }
             while k < end {
                 let v = _mm_loadu_si128(src.add(k).cast::<__m128i>());
                 _mm_stream_si128(dst.add(k).cast::<__m128i>(), v);
                 k += 16;
             }
-            copy_bytes(src.add(end), dst.add(end), len - end);
+            if end < len {
+                copy_short(src.add(end), dst.add(end), len - end);
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
