@@ -138,7 +138,12 @@ pub fn max_waiting() -> usize {
         0 => usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX),
         _ => 1024,
     };
-    (cur / 4).clamp(MAX_CLOSERS, 4096)
+    max_waiting_under(cur)
+}
+
+/// [`max_waiting`] under a descriptor limit of `nofile`.
+fn max_waiting_under(nofile: usize) -> usize {
+    (nofile / 4).clamp(MAX_CLOSERS, 4096)
 }
 
 /// How many descriptors peers sent us are not closed yet, all senders together: closing on a
@@ -178,12 +183,7 @@ pub fn closer_threads() -> usize {
 /// connect to a server of that sender), until closes return.
 pub fn closers_busy(sender: Sender) -> bool {
     restart_stalled();
-    let w = lock_waiting();
-    let unknown = match sender {
-        Sender::UNKNOWN => 0,
-        _ => w.waiting_from(Sender::UNKNOWN),
-    };
-    w.waiting_from(sender) + unknown >= MAX_CLOSERS || w.waiting() >= max_waiting()
+    lock_waiting().busy(sender, max_waiting())
 }
 
 /// One sender's closer threads running and descriptors queued for them.
@@ -216,6 +216,15 @@ impl Waiting {
         self.senders
             .get(&sender)
             .map_or(0, |q| q.closers + q.queued.len())
+    }
+
+    /// [`closers_busy`], with `max_waiting` closes waiting in all as the bound.
+    fn busy(&self, sender: Sender, max_waiting: usize) -> bool {
+        let unknown = match sender {
+            Sender::UNKNOWN => 0,
+            _ => self.waiting_from(Sender::UNKNOWN),
+        };
+        self.waiting_from(sender) + unknown >= MAX_CLOSERS || self.waiting() >= max_waiting
     }
 
     /// Whether one more closer may run for `sender`.
@@ -408,6 +417,14 @@ pub fn on_a_thread_as_uid<T: Send>(uid: u32, f: impl FnOnce() -> T + Send) -> st
     })
 }
 
+/// The closer state is the process's: tests that count closes or closer threads run one at a
+/// time (a plain `cargo test` runs a crate's tests as threads of one process).
+#[cfg(test)]
+pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,6 +488,7 @@ mod tests {
     /// them is closed, the queued ones too, and its gate opens.
     #[test]
     fn closes_past_a_senders_closer_threads_wait_their_turn_and_hold_up_no_other_sender() {
+        let _serial = one_at_a_time();
         let (hostile, other) = (Sender::uid(4242), Sender::uid(4343));
         let surplus = 8;
         let mut theirs = Vec::new();
@@ -547,6 +565,7 @@ mod tests {
     /// 320 waiting closes pass `max_waiting` (256), and every sender is refused, a new one too.
     #[test]
     fn closer_threads_are_shared_out_and_bounded_in_all() {
+        let _serial = one_at_a_time();
         let senders: Vec<Sender> = (0..5).map(|i| Sender::uid(5000 + i)).collect();
         let mut theirs: Vec<Vec<std::net::TcpStream>> = Vec::new();
         for &s in &senders {
@@ -560,22 +579,12 @@ mod tests {
         }
         assert_eq!(closer_threads(), MAX_CLOSERS_IN_ALL);
         assert_eq!(closes_waiting(), 5 * MAX_CLOSERS);
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit and setrlimit read and write the live local `lim`.
-        unsafe {
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-            let was = lim.rlim_cur;
-            lim.rlim_cur = 1024;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            assert_eq!(max_waiting(), 256);
-            assert!(closers_busy(Sender::uid(6000)), "past the bound in all");
-            lim.rlim_cur = was;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-        assert!(!closers_busy(Sender::uid(6000)), "below it again");
+        // The bound as a limit of 1024 sets it (asked of the rule, not by lowering the
+        // process's limit under the other tests' feet).
+        assert_eq!(max_waiting_under(1024), 256);
+        let new = Sender::uid(6000);
+        assert!(lock_waiting().busy(new, 256), "past the bound in all");
+        assert!(!lock_waiting().busy(new, 5 * MAX_CLOSERS + 1), "below it");
 
         // The first sender's peers read to the end: its closes return, and its threads take
         // the fifth sender's queue.
@@ -609,6 +618,7 @@ mod tests {
     /// queued; as 8 of the first sender's closes return, their threads go to the fifth.
     #[test]
     fn a_returning_closer_goes_to_the_sender_with_the_fewest() {
+        let _serial = one_at_a_time();
         let senders: Vec<Sender> = (0..5).map(|i| Sender::uid(7000 + i)).collect();
         let mut theirs: Vec<Vec<std::net::TcpStream>> = Vec::new();
         for (i, &s) in senders.iter().enumerate() {
@@ -650,6 +660,7 @@ mod tests {
     /// a descriptor was falls back to the process-wide gate.
     #[test]
     fn closes_of_an_unknown_sender_count_against_every_sender() {
+        let _serial = one_at_a_time();
         let mut theirs = Vec::new();
         for _ in 0..MAX_CLOSERS {
             let (ours, their) = lingering_socket().unwrap();
@@ -667,6 +678,7 @@ mod tests {
     /// dropped `PeerFds`, and the caller returns at once; a pipe and an eventfd close here.
     #[test]
     fn a_socket_whose_close_would_linger_is_closed_elsewhere() {
+        let _serial = one_at_a_time();
         let (ours, theirs) = lingering_socket().unwrap();
         assert!(!closes_without_a_server(ours.as_fd(), None));
         let disposed = returns_at_once(move || dispose(OwnedFd::from(ours)));

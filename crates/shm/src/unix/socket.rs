@@ -824,6 +824,7 @@ mod tests {
     /// on the spot.
     #[test]
     fn a_dropped_connection_that_holds_messages_is_closed_elsewhere_whole() {
+        let _serial = crate::unix::dispose::one_at_a_time();
         let me = crate::unix::Sender::uid(std::fs::metadata("/proc/self").map_or(0, |m| {
             use std::os::unix::fs::MetadataExt;
             m.uid()
@@ -872,6 +873,7 @@ mod tests {
     /// the connection left in the backlog goes whole to a closer thread.
     #[test]
     fn a_dropped_listener_closes_its_backlog_elsewhere() {
+        let _serial = crate::unix::dispose::one_at_a_time();
         let addr = temp_path("backlog");
         let l = SeqpacketListener::bind(&addr).unwrap();
         let c = SeqpacketConn::connect(&addr).unwrap();
@@ -915,8 +917,36 @@ mod tests {
     /// released nothing on this thread), and dropping the connection closes it whole
     /// elsewhere. A listener whose backlog holds such a message, dropped with our table full,
     /// goes whole to a closer too.
+    /// Whether the caller is the child [`alone`] started: the test's body runs there.
+    const ENV_ALONE: &str = "MEMNIC_SHM_TEST_ALONE";
+
+    /// Runs test `name` of this binary in a process of its own and asserts that it passed
+    /// there; true in that child, where the caller goes on to run the test's body. For a test
+    /// that takes the whole descriptor table, which would fail every test running beside it
+    /// (a plain `cargo test` runs a crate's tests as threads of one process).
+    fn alone(name: &str) -> bool {
+        if std::env::var_os(ENV_ALONE).is_some() {
+            return true;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1"])
+            .env(ENV_ALONE, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("test result: ok. 1 passed"),
+            "{name}, alone: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        false
+    }
+
     #[test]
     fn at_a_full_table_nothing_a_peer_sent_is_released_here() {
+        if !alone("unix::socket::tests::at_a_full_table_nothing_a_peer_sent_is_released_here") {
+            return;
+        }
         let (a, b) = SeqpacketConn::pair().unwrap();
         let (ours, theirs) = crate::unix::lingering_socket().unwrap();
         a.send(b"x", &[ours.as_fd()]).unwrap();
