@@ -16,8 +16,46 @@ use crate::window::Window;
 use crate::MAX_FRAME_LEN;
 
 /// How many slots ahead of the copy their buffers are prefetched (measured: 8 beat 1 by 10-30%
-/// at 64 and 256 bytes, and is no worse at 1518).
+/// at 64 and 256 bytes, and is no worse at 1518), unless the burst's frames are short
+/// ([`SHORT_PREFETCH_FRAMES`]).
 pub(crate) const PREFETCH_FRAMES: u16 = 8;
+
+/// How many slots ahead of the copy their buffers are prefetched in a burst of one-line
+/// frames (as far as its first descriptor says, which the copy reads first anyway), and the
+/// client then asks for one line of each buffer, not four (it does not read a descriptor
+/// before the copy: that read would wait on the server's line).
+///
+/// Every 2-KiB slot's line 0 falls in one of two L1 sets, so lines asked for far ahead fight
+/// over a few ways, and each asked for waits in a fill buffer: the client's four lines eight
+/// slots ahead are 32 fetches in flight, three of four for nothing at 64 B. One-line frames
+/// have few lines to fetch and a short copy to hide the wait behind, so they are asked for
+/// further ahead. In-process flip on the Intel Xeon host of session 44 (the receiver counted,
+/// B/A p20/p50/p80):
+///
+/// ```text
+///   our client <- our server, 64 B   one line 16 ahead  1.18/1.19/1.20, 1.11/1.12/1.13, 1.10/1.13/1.15
+///                                    two lines 16 ahead 1.18/1.20/1.20, 1.03/1.06/1.06
+///                                    four lines 16 / 12 / 24 ahead  1.09 and 0.99 / 1.02 / 1.03
+///                                    one line 16 ahead for every size: 512 B 0.89, 1518 B 0.97
+///   our client <- DPDK's server, 64 B  one line 16 ahead  1.00/1.01/1.01, 0.99/0.99/1.01
+///   our server <- our client, 64 B   16 ahead 1.06/1.08/1.09, 12 ahead 1.02/1.04/1.05
+///                            512 B   16 ahead 0.90/0.91/0.93 (so longer frames keep 8)
+///                           1518 B   16 ahead 0.99/0.99/1.02
+///   our server <- DPDK's client, 64 B  16 ahead 1.04/1.04/1.05, 12 ahead 1.00/1.01/1.05
+/// ```
+///
+/// The rule as it stands against the build before it, `bench memif --peer both --dir s2c
+/// --sizes 64 --interleave`, whole runs alternating (session 44; Mpps p50, mean of 4
+/// rounds): our client <- our server 32.4 -> 39.0 (1.07-1.24 -> 1.32-1.41 of DPDK's pair),
+/// our client <- DPDK's server 25.8 -> 25.4, the one cell it costs (-1%; -2% and -4% in two
+/// earlier sittings of 3 and 2 rounds, within their noise). C2S at 64 B, our server <- DPDK's
+/// client 25.4 -> 25.9 and 26.8 (two rounds), and `ab-builds.sh` ours <- ours 64 B
+/// 1.04/1.02/1.01, 512 B 1.01/1.02/1.00, 1518 B 1.00/0.99/0.98. Lost against it: one line
+/// twelve ahead (37.1 and 24.7 in the same rounds), two lines sixteen ahead (36.1 and 23.8).
+pub(crate) const SHORT_PREFETCH_FRAMES: u16 = 16;
+
+/// The longest frame [`SHORT_PREFETCH_FRAMES`] takes as one-line.
+const SHORT_FRAME: u32 = 64;
 
 /// Where the bytes of a slot are, for one kind of receive.
 pub(crate) trait Source {
@@ -28,8 +66,9 @@ pub(crate) trait Source {
     /// otherwise its bytes are copied into buffers of the pool.
     const PARKED: bool = false;
 
-    /// A hint: start fetching the buffer of `slot` (never fails, never faults).
-    fn prefetch(&self, ring: &Ring, slot: u16);
+    /// A hint: start fetching the buffer of `slot` (never fails, never faults); `short`: the
+    /// burst's frames are one line long, as far as its first descriptor says.
+    fn prefetch(&self, ring: &Ring, slot: u16, short: bool);
 
     /// What must hold of `d` before anything is taken for its slot (checked for every slot; a
     /// frame's first before a buffer is allocated for it).
@@ -77,11 +116,18 @@ pub(crate) fn receive<S: Source>(
     // Counted only if the whole burst is good: the caller discards every frame of a burst
     // that ends in a protocol violation.
     let mut bytes = 0u64;
-    // Buffers the peer published are finished: pull the next PREFETCH_FRAMES over from its core
-    // ahead of the copies, so several transfers overlap (one ahead left the copy waiting on each).
+    // Buffers the peer published are finished: pull the next `ahead` over from its core ahead of
+    // the copies, so several transfers overlap (one ahead left the copy waiting on each). Short
+    // frames go further ahead (a hint only: the loop reads this descriptor again and checks it).
+    let short = avail > 0 && ring.read_desc(win.slot(0)).length <= SHORT_FRAME;
+    let ahead = if short {
+        SHORT_PREFETCH_FRAMES
+    } else {
+        PREFETCH_FRAMES
+    };
     let mut pf_next: u16 = 0;
-    while pf_next < avail.min(PREFETCH_FRAMES) {
-        src.prefetch(ring, win.slot(pf_next));
+    while pf_next < avail.min(ahead) {
+        src.prefetch(ring, win.slot(pf_next), short);
         pf_next += 1;
     }
     // Copy mode: a buffer for each slot the burst may take (up to `max`), allocated in one go
@@ -99,9 +145,9 @@ pub(crate) fn receive<S: Source>(
         let slot = win.slot(used);
         let d = ring.read_desc(slot);
         used += 1;
-        // Keep PREFETCH_FRAMES slots' buffers on their way (one more per slot taken).
+        // Keep `ahead` slots' buffers on their way (one more per slot taken).
         if pf_next < avail {
-            src.prefetch(ring, win.slot(pf_next));
+            src.prefetch(ring, win.slot(pf_next), short);
             pf_next += 1;
         }
         // Copies stop at the longest frame a port takes: a longer one (a descriptor may say
@@ -134,7 +180,7 @@ pub(crate) fn receive<S: Source>(
             let d = ring.read_desc(slot);
             used += 1;
             if pf_next < avail {
-                src.prefetch(ring, win.slot(pf_next));
+                src.prefetch(ring, win.slot(pf_next), short);
                 pf_next += 1;
             }
             if !S::PARKED && pkts.len() > start + frames + 1 {
@@ -241,8 +287,8 @@ impl Source for FromRegions<'_> {
     const END: PeerCounter = PeerCounter::Head;
 
     #[inline(always)]
-    fn prefetch(&self, ring: &Ring, slot: u16) {
-        // A hint only: an out-of-range offset is ignored.
+    fn prefetch(&self, ring: &Ring, slot: u16, _short: bool) {
+        // A hint only: an out-of-range offset is ignored. (The descriptor says how many lines.)
         prefetch_buffer(self.regions, ring.read_desc(slot));
     }
 
@@ -310,9 +356,9 @@ impl Source for FromLayout<'_> {
     const END: PeerCounter = PeerCounter::Tail;
 
     #[inline(always)]
-    fn prefetch(&self, _: &Ring, slot: u16) {
+    fn prefetch(&self, _: &Ring, slot: u16, short: bool) {
         let at = self.offset(slot);
-        for line in 0..4 {
+        for line in 0..if short { 1 } else { 4 } {
             self.region.prefetch(at + line * 64);
         }
     }
@@ -365,7 +411,7 @@ impl Source for FromParked<'_> {
     const PARKED: bool = true;
 
     #[inline(always)]
-    fn prefetch(&self, _: &Ring, _: u16) {}
+    fn prefetch(&self, _: &Ring, _: u16, _: bool) {}
 
     #[inline(always)]
     fn parked(&mut self, slot: u16, d: Desc, cache: &mut PoolCache) -> Result<Mbuf, DataError> {
