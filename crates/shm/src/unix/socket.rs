@@ -912,11 +912,6 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(5)).is_ok()
     }
 
-    /// Our table full when a message with a socket the peer set SO_LINGER on is received: the
-    /// look installs no copy, the message is reported truncated and left queued (the kernel
-    /// released nothing on this thread), and dropping the connection closes it whole
-    /// elsewhere. A listener whose backlog holds such a message, dropped with our table full,
-    /// goes whole to a closer too.
     /// Whether the caller is the child [`alone`] started: the test's body runs there.
     const ENV_ALONE: &str = "MEMNIC_SHM_TEST_ALONE";
 
@@ -942,6 +937,11 @@ mod tests {
         false
     }
 
+    /// Our table full when a message with a socket the peer set SO_LINGER on is received: the
+    /// look installs no copy, the message is reported truncated and left queued (the kernel
+    /// released nothing on this thread), and dropping the connection closes it whole
+    /// elsewhere. A listener whose backlog holds such a message, dropped with our table full,
+    /// goes whole to a closer too.
     #[test]
     fn at_a_full_table_nothing_a_peer_sent_is_released_here() {
         if !alone("unix::socket::tests::at_a_full_table_nothing_a_peer_sent_is_released_here") {
