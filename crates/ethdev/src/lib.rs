@@ -9,10 +9,13 @@
 //! * [`tuner::Tuner`]: a queue's choice between two ways of doing its work, tried both ways
 //!   while traffic runs; [`flush::FlushTuner`] is a receive queue's choice whether to flush the
 //!   lines it read from its peer's buffers; [`stream::StreamTuner`] a transmit queue's choice
-//!   whether to write short frames into its peer's buffers with streaming stores.
+//!   whether to write short frames into its peer's buffers with streaming stores;
+//!   [`ahead::AheadTuner`] a transmit queue's choice whether to ask for its peer's buffer lines
+//!   ahead of its copy in shared state instead of exclusive.
 #![forbid(unsafe_code)]
 
 pub mod abflip;
+pub mod ahead;
 mod devargs;
 pub mod flush;
 pub mod gate;

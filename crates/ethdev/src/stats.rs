@@ -23,6 +23,12 @@ pub struct QueueStats {
     pub tuned: u64,
     /// Times the queue's tuner changed its way.
     pub tuner_switches: u64,
+    /// Frames whose destination lines a tx queue asked for ahead of its copy in shared state
+    /// ([`AheadTuner`](crate::ahead::AheadTuner)); 0 for queues that ask in exclusive state
+    /// or not at all.
+    pub shared_ahead: u64,
+    /// Times the queue's [`AheadTuner`](crate::ahead::AheadTuner) changed its way.
+    pub ahead_switches: u64,
 }
 
 impl QueueStats {
@@ -34,11 +40,14 @@ impl QueueStats {
         self.nombuf += o.nombuf;
         self.tuned += o.tuned;
         self.tuner_switches += o.tuner_switches;
+        self.shared_ahead += o.shared_ahead;
+        self.ahead_switches += o.ahead_switches;
     }
 }
 
 /// A published snapshot of one queue's counters: written by the polling lcore only, read by
-/// anyone. One cache line, so a reader costs the writer at most one line transfer per read.
+/// anyone. Two cache lines, so a reader costs the writer at most two line transfers per read
+/// (readers read once a second or so).
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct StatsCell {
@@ -49,6 +58,8 @@ pub struct StatsCell {
     nombuf: AtomicU64,
     tuned: AtomicU64,
     tuner_switches: AtomicU64,
+    shared_ahead: AtomicU64,
+    ahead_switches: AtomicU64,
 }
 
 impl StatsCell {
@@ -68,6 +79,9 @@ impl StatsCell {
         self.tuned.store(s.tuned, Ordering::Relaxed);
         self.tuner_switches
             .store(s.tuner_switches, Ordering::Relaxed);
+        self.shared_ahead.store(s.shared_ahead, Ordering::Relaxed);
+        self.ahead_switches
+            .store(s.ahead_switches, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> QueueStats {
@@ -81,6 +95,8 @@ impl StatsCell {
             nombuf: self.nombuf.load(Ordering::Relaxed),
             tuned: self.tuned.load(Ordering::Relaxed),
             tuner_switches: self.tuner_switches.load(Ordering::Relaxed),
+            shared_ahead: self.shared_ahead.load(Ordering::Relaxed),
+            ahead_switches: self.ahead_switches.load(Ordering::Relaxed),
         }
     }
 }

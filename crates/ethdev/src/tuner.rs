@@ -50,8 +50,8 @@ impl fmt::Display for Mode {
 
 /// How often the queue tries the other way.
 pub const CYCLE: Duration = Duration::from_millis(64);
-/// How long each of the three windows of a trial lasts (the rest of the cycle keeps the
-/// current way). At 5 Mpps a window counts 5,000 frames.
+/// How long each of the three windows of a trial lasts by default (the rest of the cycle
+/// keeps the current way). At 5 Mpps a window counts 5,000 frames.
 pub const WINDOW: Duration = Duration::from_millis(1);
 /// How much more the other way must move (over the mean of the windows around its own) to
 /// be taken.
@@ -61,6 +61,33 @@ pub const MARGIN: f64 = 0.05;
 pub const MIN_FRAMES: u64 = 500;
 /// Polls between two looks at the clock (an idle poll costs tens of ns, a clock read ~25).
 const CHECK_EVERY: u32 = 16;
+
+/// How a tuner runs its trials. [`Trials::ONE_WINDOW`] suits a choice whose effect shows
+/// within a millisecond and is large against the noise of one window; a choice whose windows
+/// differ by less than their noise wants longer windows and several wins in a row
+/// ([`Trials::votes`]), and a second tuner of the same queue its trials away from the
+/// first's ([`Trials::offset`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trials {
+    /// How often the queue tries the other way.
+    pub cycle: Duration,
+    /// How long each of the three windows of a trial lasts.
+    pub window: Duration,
+    /// Trials in a row the other way must win before the queue takes it.
+    pub votes: u32,
+    /// How far into each cycle (from the queue's first poll) the trial starts.
+    pub offset: Duration,
+}
+
+impl Trials {
+    /// One trial of [`WINDOW`]s at the end of each cycle decides.
+    pub const ONE_WINDOW: Trials = Trials {
+        cycle: CYCLE,
+        window: WINDOW,
+        votes: 1,
+        offset: CYCLE.saturating_sub(WINDOW.saturating_mul(3)),
+    };
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -79,6 +106,9 @@ enum Phase {
 pub struct Tuner {
     /// Whether trials run ([`Mode::Auto`]).
     auto: bool,
+    trials: Trials,
+    /// Trials in a row the other way has won.
+    wins: u32,
     on: bool,
     phase: Phase,
     since: Option<Instant>,
@@ -99,8 +129,14 @@ impl Default for Tuner {
 
 impl Tuner {
     pub fn new(mode: Mode) -> Tuner {
+        Tuner::with_trials(mode, Trials::ONE_WINDOW)
+    }
+
+    pub fn with_trials(mode: Mode, trials: Trials) -> Tuner {
         Tuner {
             auto: mode == Mode::Auto,
+            trials,
+            wins: 0,
             on: mode == Mode::On,
             phase: Phase::Steady,
             since: None,
@@ -142,14 +178,19 @@ impl Tuner {
     #[inline(never)]
     pub fn tick(&mut self, now: Instant) {
         let Some(since) = self.since else {
-            self.since = Some(now);
+            // The first steady part ends where the offset puts the trial: its clock starts
+            // that much earlier.
+            let back =
+                (self.trials.cycle).saturating_sub(self.trials.offset + self.trials.window * 3);
+            self.since = Some(now.checked_sub(back).unwrap_or(now));
             self.frames = 0;
             return;
         };
         let took = now.saturating_duration_since(since);
+        let window = self.trials.window;
         let length = match self.phase {
-            Phase::Steady => CYCLE.saturating_sub(WINDOW * 3),
-            _ => WINDOW,
+            Phase::Steady => self.trials.cycle.saturating_sub(window * 3),
+            _ => window,
         };
         if took < length {
             return;
@@ -174,10 +215,17 @@ impl Tuner {
             }
             Phase::After => {
                 let own = (self.before + rate) / 2.0;
-                // NaN (a quiet window) compares false: the way stays.
+                // NaN (a quiet window) compares false: the way stays, and the run of wins
+                // ends.
                 if enough && self.trial > own * (1.0 + MARGIN) {
+                    self.wins += 1;
+                } else {
+                    self.wins = 0;
+                }
+                if self.wins >= self.trials.votes {
                     self.on = !self.on;
                     self.switches += 1;
+                    self.wins = 0;
                 }
                 Phase::Steady
             }
@@ -244,6 +292,50 @@ mod tests {
         let share = run(&mut t, &mut now, 1000, 14_000, 17_500);
         assert!(share < 0.1, "on {share} of the time");
         assert_eq!(t.switches(), 2);
+    }
+
+    /// Trials that must win twice in a row: one win alone (a trial that caught a state swing)
+    /// changes nothing, two do; the first trial starts at the offset, the next a cycle later.
+    #[test]
+    fn votes_take_the_other_way_only_after_wins_in_a_row() {
+        let trials = Trials {
+            cycle: Duration::from_millis(100),
+            window: Duration::from_millis(10),
+            votes: 2,
+            offset: Duration::from_millis(40),
+        };
+        let mut t = Tuner::with_trials(Mode::Auto, trials);
+        let mut now = Instant::now();
+        t.tick(now);
+        // Steps of 1 ms, 100 frames a ms either way; the other way moves `trial` a ms.
+        let mut step = |t: &mut Tuner, trial: u64| {
+            t.frames += if t.phase == Phase::Trial { trial } else { 100 };
+            now += Duration::from_millis(1);
+            t.tick(now);
+        };
+        let mut first_trial = None;
+        for ms in 1..=100 {
+            step(&mut t, 200);
+            if t.on() && first_trial.is_none() {
+                first_trial = Some(ms);
+            }
+        }
+        // The trial window opens after the offset and the window before it.
+        assert_eq!(first_trial, Some(50));
+        assert_eq!(t.switches(), 0, "one win is not enough");
+        // The next trial loses: the run of wins starts over.
+        for _ in 0..100 {
+            step(&mut t, 100);
+        }
+        assert_eq!(t.switches(), 0);
+        for _ in 0..100 {
+            step(&mut t, 200);
+        }
+        assert_eq!(t.switches(), 0, "one win again");
+        for _ in 0..100 {
+            step(&mut t, 200);
+        }
+        assert_eq!((t.switches(), t.on()), (1, true), "two wins in a row");
     }
 
     #[test]

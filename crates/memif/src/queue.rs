@@ -19,6 +19,7 @@ use std::sync::atomic::{
 };
 use std::sync::{Arc, Mutex};
 
+use memnic_ethdev::ahead::{AheadMode, AheadTuner};
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
 use memnic_ethdev::stream::{StreamMode, StreamTuner};
@@ -31,7 +32,7 @@ use crate::msg::RingDirection;
 use crate::ring::{acquire, publish, Desc, Regions, Ring, RING_FLAG_MASK_INT};
 use crate::window::Window;
 use crate::writer::{
-    prefetch_burst, prefetch_next, write_frame, ToDescriptors, ToLayout, STREAM_MAX,
+    prefetch_burst, prefetch_next, write_frame, Ahead, ToDescriptors, ToLayout, STREAM_MAX,
 };
 
 /// Which end of the connection this port is.
@@ -260,6 +261,8 @@ pub struct MemifTxQueue {
     /// Whether short frames go into the peer's buffers with streaming stores
     /// (`writer::STREAM_MAX`).
     stream: StreamTuner,
+    /// How the write-ahead asks for the peer's buffer lines (`writer::Ahead`).
+    ahead: AheadTuner,
 }
 
 impl MemifRxQueue {
@@ -504,10 +507,11 @@ impl RxQueue for MemifRxQueue {
 }
 
 impl MemifTxQueue {
-    pub fn new(core: QueueCore, stream: StreamMode) -> Self {
+    pub fn new(core: QueueCore, stream: StreamMode, ahead: AheadMode) -> Self {
         MemifTxQueue {
             core,
             stream: StreamTuner::new(stream),
+            ahead: AheadTuner::new(ahead),
         }
     }
 
@@ -528,6 +532,7 @@ impl MemifTxQueue {
         pkts: &mut Vec<Mbuf>,
         stream_max: usize,
         streamed: &mut u32,
+        ahead: Ahead,
     ) -> Result<usize, DataError> {
         let QueueCore {
             conn,
@@ -569,6 +574,7 @@ impl MemifTxQueue {
             region: &c.regions.0[0],
             base,
             bsize,
+            ahead,
         };
         // Copy mode: the burst's first buffers asked for at once (zero copy writes none).
         let asked = match c.zero_copy_region {
@@ -672,6 +678,7 @@ impl MemifTxQueue {
         pkts: &mut Vec<Mbuf>,
         stream_max: usize,
         streamed: &mut u32,
+        ahead: Ahead,
     ) -> Result<usize, DataError> {
         let QueueCore {
             conn,
@@ -686,6 +693,7 @@ impl MemifTxQueue {
         let dst = ToDescriptors {
             ring,
             regions: &c.regions,
+            ahead,
         };
         let mut used: u16 = 0;
         let mut sent = 0;
@@ -737,9 +745,18 @@ impl TxQueue for MemifTxQueue {
         }
         let stream_max = if self.stream.on() { STREAM_MAX } else { 0 };
         let mut streamed = 0;
+        let ahead = if self.ahead.shared() {
+            Ahead::Shared
+        } else {
+            Ahead::Exclusive
+        };
         let res = match self.core.conn.as_ref().map(|c| c.role) {
-            Some(Role::Client) => Self::tx_client(&mut self.core, pkts, stream_max, &mut streamed),
-            Some(Role::Server) => Self::tx_server(&mut self.core, pkts, stream_max, &mut streamed),
+            Some(Role::Client) => {
+                Self::tx_client(&mut self.core, pkts, stream_max, &mut streamed, ahead)
+            }
+            Some(Role::Server) => {
+                Self::tx_server(&mut self.core, pkts, stream_max, &mut streamed, ahead)
+            }
             None => Ok(0),
         };
         let n = res.unwrap_or_else(|e| {
@@ -751,6 +768,8 @@ impl TxQueue for MemifTxQueue {
         // The tuner judges by what the peer takes: a full ring sends only as it frees slots.
         self.stream.polled(n as u16, streamed);
         self.stream.record(&mut self.core.stats);
+        self.ahead.polled(n as u16);
+        self.ahead.record(&mut self.core.stats);
         self.core.exit();
         n
     }

@@ -12,6 +12,28 @@ use crate::chain::outside_region;
 use crate::error::DataError;
 use crate::ring::{Desc, Regions, Ring, DESC_FLAG_NEXT};
 
+/// How the transmit asks for a destination line ahead of its copy ([`prefetch_burst`],
+/// [`prefetch_next`]). Which moves more frames depends on how the peer receives, so each tx
+/// queue's [`AheadTuner`](memnic_ethdev::ahead::AheadTuner) chooses (`tx-ahead-shared`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ahead {
+    /// In exclusive state (`prefetchw`): the line leaves the peer's cache at once, and the
+    /// store finds it ours.
+    Exclusive,
+    /// In shared state (`prefetcht0`): the peer keeps its copy until the store takes it.
+    Shared,
+}
+
+impl Ahead {
+    #[inline(always)]
+    fn ask(self, region: &Region, offset: usize) {
+        match self {
+            Ahead::Exclusive => region.prefetch_write(offset),
+            Ahead::Shared => region.prefetch(offset),
+        }
+    }
+}
+
 /// The buffer behind a slot, for one kind of transmit.
 pub(crate) trait Dest<'a> {
     /// Where `slot`'s bytes go: its whole buffer (its length is the capacity).
@@ -22,14 +44,14 @@ pub(crate) trait Dest<'a> {
     /// as this side knows before it reads the descriptors).
     fn extent(&self, len: usize) -> (usize, usize);
     /// A hint: asks for the lines a frame of `len` bytes fills in `slot`'s buffer (its first
-    /// slot's) in exclusive state; never fails, never faults.
+    /// slot's) the way the transmit chose ([`Ahead`]); never fails, never faults.
     fn prefetch_frame(&self, slot: u16, len: usize);
     /// The longest frame whose buffer is asked for one frame ahead ([`prefetch_next`]).
     const NEXT_FRAME_MAX: usize;
 }
 
-/// How many lines of a burst's first destination buffers are asked for in exclusive state
-/// before its copy starts ([`prefetch_burst`]).
+/// How many lines of a burst's first destination buffers are asked for before its copy
+/// starts ([`prefetch_burst`]; figures below in exclusive state, [`Ahead::Exclusive`]).
 ///
 /// The peer read each buffer last, so each line comes back from its core; a store that waits
 /// for its line holds every later store behind it, so the copy alone keeps about one fetch in
@@ -66,7 +88,7 @@ pub(crate) const WRITE_AHEAD_LINES: usize = 16;
 const WRITE_AHEAD_MIN_FRAMES: usize = 4;
 
 /// Asks for the destination buffers of the burst's first frames (`pkts`, from slot `at`, with
-/// `room` slots the peer handed over) in exclusive state: as many whole frames as fit in
+/// `room` slots the peer handed over) the way `dst` asks ([`Ahead`]): as many whole frames as fit in
 /// [`WRITE_AHEAD_LINES`] lines and the room, when at least [`WRITE_AHEAD_MIN_FRAMES`] do.
 /// Returns how many frames need nothing more from [`prefetch_next`]: those asked for, or the
 /// whole burst when every frame streams (streaming stores fetch no line, so there is nothing
@@ -114,7 +136,7 @@ pub(crate) fn prefetch_burst<'a>(
 }
 
 /// While `pkts[sent]` is copied, asks for the next frame's buffer (its first slot at `next`,
-/// which `fits` in the room) in exclusive state: for frames past the `asked` that
+/// which `fits` in the room) the way `dst` asks ([`Ahead`]): for frames past the `asked` that
 /// [`prefetch_burst`] took care of, up to `D::NEXT_FRAME_MAX` bytes. Each store of the copy
 /// otherwise waits for its line to come back from the peer's core, one after another.
 ///
@@ -263,6 +285,8 @@ pub(crate) struct ToLayout<'a> {
     /// Where slot 0's buffer starts, and the buffer size.
     pub base: usize,
     pub bsize: u32,
+    /// How the buffers' lines are asked for ahead of the copy.
+    pub ahead: Ahead,
 }
 
 impl ToLayout<'_> {
@@ -309,7 +333,7 @@ impl<'a> Dest<'a> for ToLayout<'a> {
     fn prefetch_frame(&self, slot: u16, len: usize) {
         let at = self.offset(slot);
         for line in 0..self.first_lines(len) {
-            self.region.prefetch_write(at + line * 64);
+            self.ahead.ask(self.region, at + line * 64);
         }
     }
 
@@ -333,6 +357,8 @@ impl<'a> Dest<'a> for ToLayout<'a> {
 pub(crate) struct ToDescriptors<'a> {
     pub ring: &'a Ring,
     pub regions: &'a Regions,
+    /// How the buffers' lines are asked for ahead of the copy.
+    pub ahead: Ahead,
 }
 
 impl<'a> Dest<'a> for ToDescriptors<'a> {
@@ -360,7 +386,7 @@ impl<'a> Dest<'a> for ToDescriptors<'a> {
         if let Some(r) = self.regions.0.get(usize::from(d.region)) {
             let lines = len.min(d.length as usize).div_ceil(64);
             for line in 0..lines {
-                r.prefetch_write(d.offset as usize + line * 64);
+                self.ahead.ask(r, d.offset as usize + line * 64);
             }
         }
     }
@@ -399,6 +425,7 @@ mod tests {
             region: &region,
             base: 0,
             bsize: 2048,
+            ahead: Ahead::Exclusive,
         };
         let pool = memnic_test_support::pool("write-ahead", 64, 9000);
         let asked = |lens: &[usize], free: u16| {
@@ -570,6 +597,7 @@ mod tests {
         let to = ToDescriptors {
             ring: &ring,
             regions: &regions,
+            ahead: Ahead::Exclusive,
         };
         let pool = memnic_test_support::pool("write-ahead-server", 64, 9000);
         let asked = |lens: &[usize], room: u16| {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use memnic_ethdev::ahead::AheadMode;
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::Port;
@@ -79,13 +80,16 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     let sock = format!("/tmp/memif-test-data-{}.sock", std::process::id());
     let nq = 3u16;
     // The server's rx queues flush every frame they copy, the client's none; the client's tx
-    // queues stream every frame up to 128 B, the server's none: the counters say so.
+    // queues stream every frame up to 128 B, the server's none, and ask for the lines of the
+    // frames they write ahead in shared state, the server's in exclusive: the counters say so.
     let mut scfg = MemifConfig::new(Role::Server, &sock);
     scfg.rx_flush = FlushMode::On;
     scfg.tx_stream = StreamMode::Off;
+    scfg.tx_ahead_shared = AheadMode::Off;
     let mut ccfg = MemifConfig::new(Role::Client, &sock);
     ccfg.rx_flush = FlushMode::Off;
     ccfg.tx_stream = StreamMode::On;
+    ccfg.tx_ahead_shared = AheadMode::On;
     let mut server = MemifPort::new("s", scfg).unwrap();
     let mut client = MemifPort::new("c", ccfg).unwrap();
     let p = big_pool();
@@ -154,7 +158,9 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
             ("rx_flushed_packets", N * nq as u64),
             ("rx_flush_switches", 0),
             ("tx_streamed_packets", 0),
-            ("tx_stream_switches", 0)
+            ("tx_stream_switches", 0),
+            ("tx_shared_ahead_packets", 0),
+            ("tx_ahead_switches", 0)
         ]
     );
     let short = (0..nq as u64)
@@ -167,7 +173,9 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
             ("rx_flushed_packets", 0),
             ("rx_flush_switches", 0),
             ("tx_streamed_packets", short),
-            ("tx_stream_switches", 0)
+            ("tx_stream_switches", 0),
+            ("tx_shared_ahead_packets", N * nq as u64),
+            ("tx_ahead_switches", 0)
         ]
     );
     drop(server);

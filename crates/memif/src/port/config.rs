@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use memnic_ethdev::ahead::AheadMode;
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Devargs, DevargsError, MacAddr};
@@ -23,6 +24,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "mac",
     "rx-flush",
     "tx-stream",
+    "tx-ahead-shared",
 ];
 
 /// Most queue pairs a port offers.
@@ -83,6 +85,9 @@ pub struct MemifConfig {
     /// Whether tx writes short frames into the peer's buffers with streaming stores
     /// (`tx-stream=auto|on|off`, ours: `writer::STREAM_MAX`).
     pub tx_stream: StreamMode,
+    /// Whether tx asks for the peer's buffer lines ahead of its copy in shared state instead
+    /// of exclusive (`tx-ahead-shared=auto|on|off`, ours: `writer::Ahead`).
+    pub tx_ahead_shared: AheadMode,
 }
 
 impl MemifConfig {
@@ -101,6 +106,7 @@ impl MemifConfig {
             handshake_timeout: Duration::from_secs(5),
             rx_flush: FlushMode::Auto,
             tx_stream: StreamMode::Auto,
+            tx_ahead_shared: AheadMode::Auto,
         }
     }
 
@@ -151,6 +157,7 @@ impl MemifConfig {
         }
         c.rx_flush = a.parse_or("rx-flush", FlushMode::Auto)?;
         c.tx_stream = a.parse_or("tx-stream", StreamMode::Auto)?;
+        c.tx_ahead_shared = a.parse_or("tx-ahead-shared", AheadMode::Auto)?;
         Ok(c)
     }
 }
@@ -167,12 +174,19 @@ mod tests {
     fn the_tuned_choices_default_to_auto_and_take_on_or_off() {
         let c = parse("memif0").unwrap();
         assert_eq!(
-            (c.rx_flush, c.tx_stream),
-            (FlushMode::Auto, StreamMode::Auto)
+            (c.rx_flush, c.tx_stream, c.tx_ahead_shared),
+            (FlushMode::Auto, StreamMode::Auto, AheadMode::Auto)
         );
-        let c = parse("memif0,rx-flush=on,tx-stream=off").unwrap();
-        assert_eq!((c.rx_flush, c.tx_stream), (FlushMode::On, StreamMode::Off));
+        let c = parse("memif0,rx-flush=on,tx-stream=off,tx-ahead-shared=on").unwrap();
+        assert_eq!(
+            (c.rx_flush, c.tx_stream, c.tx_ahead_shared),
+            (FlushMode::On, StreamMode::Off, AheadMode::On)
+        );
         let e = parse("memif0,tx-stream=sometimes").unwrap_err().to_string();
         assert!(e.contains("'tx-stream'"), "{e}");
+        let e = parse("memif0,tx-ahead-shared=maybe")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'tx-ahead-shared'"), "{e}");
     }
 }

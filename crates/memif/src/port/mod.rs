@@ -546,7 +546,11 @@ impl Port for MemifPort {
             pool.lcore_cache(),
             self.tx_cells[q as usize].clone(),
         );
-        Ok(Box::new(MemifTxQueue::new(core, self.cfg.tx_stream)))
+        Ok(Box::new(MemifTxQueue::new(
+            core,
+            self.cfg.tx_stream,
+            self.cfg.tx_ahead_shared,
+        )))
     }
 
     fn queue_stats(&self) -> (Vec<QueueStats>, Vec<QueueStats>) {
@@ -556,13 +560,18 @@ impl Port for MemifPort {
         )
     }
 
-    /// The receive queues' flushing and the transmit queues' streaming
-    /// ([`memnic_ethdev::tuner::xstats`]).
+    /// The receive queues' flushing, the transmit queues' streaming
+    /// ([`memnic_ethdev::tuner::xstats`]) and their write-ahead
+    /// ([`memnic_ethdev::ahead::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        memnic_ethdev::tuner::xstats(
+        let mut x = memnic_ethdev::tuner::xstats(
             self.rx_cells.iter().map(|c| c.snapshot()),
             self.tx_cells.iter().map(|c| c.snapshot()),
-        )
+        );
+        x.extend(memnic_ethdev::ahead::xstats(
+            self.tx_cells.iter().map(|c| c.snapshot()),
+        ));
+        x
     }
 
     /// The control channel: accept or connect, run the handshake, notice the peer leaving.

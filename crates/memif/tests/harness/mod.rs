@@ -24,6 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use memnic_ethdev::ahead::AheadMode;
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::gate::Gate;
 use memnic_ethdev::stream::StreamMode;
@@ -196,8 +197,9 @@ impl Harness {
             )
         };
         let rx = MemifRxQueue::new(core(&rx_slot), FlushMode::On);
-        // Short frames streamed, as before the choice was tuned (long ones test plain stores).
-        let tx = MemifTxQueue::new(core(&tx_slot), StreamMode::On);
+        // Short frames streamed, as before the choice was tuned (long ones test plain stores);
+        // lines asked for ahead in exclusive state, as before that choice was.
+        let tx = MemifTxQueue::new(core(&tx_slot), StreamMode::On, AheadMode::Off);
         let mut h = Harness {
             kind,
             log2,
