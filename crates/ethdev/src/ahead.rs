@@ -26,9 +26,11 @@ use crate::QueueStats;
 /// devarg: `on` always, `off` never, `auto` tuned).
 pub type AheadMode = Mode;
 
-/// How the write-ahead's way is tried: every half second, windows of 32 ms, taken after two
-/// wins in a row. The trial sits in the middle of the stream tuner's 64-ms cycles, so neither
-/// tuner's windows straddle the other's change of way. Tried in session 45 (the share of
+/// How the write-ahead's way is tried: windows of 32 ms, taken after two wins in a row, every
+/// half second, the cycle doubling with each lost trial up to 4 s (a trial the other way costs
+/// up to a fifth of its window's frames, and its way takes a while to settle again). Cycles
+/// of multiples of 64 ms keep the trial in the middle of the stream tuner's 64-ms cycles, so
+/// neither tuner's windows straddle the other's change of way. Tried in session 45 (the share of
 /// frames asked for in shared state over 8-s runs, our memif client into DPDK's server): the
 /// stream tuner's trials (64-ms cycles, 1-ms windows) with 2-ms windows and three wins in a
 /// row took shared at 512 B (77%) but not at 1518 B (34%, 81%, 47% in three runs, with 3 to 8
@@ -38,6 +40,7 @@ pub type AheadMode = Mode;
 /// run of ten, in the machine's slow state (our server <- our client at 1518 B, three switches).
 pub const AHEAD_TRIALS: Trials = Trials {
     cycle: Duration::from_millis(512),
+    longest_cycle: Duration::from_millis(4096),
     window: Duration::from_millis(32),
     votes: 2,
     offset: Duration::from_millis(400),

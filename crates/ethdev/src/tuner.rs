@@ -69,8 +69,11 @@ const CHECK_EVERY: u32 = 16;
 /// first's ([`Trials::offset`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Trials {
-    /// How often the queue tries the other way.
+    /// How often the queue tries the other way, at first and after a trial it won.
     pub cycle: Duration,
+    /// How far the cycle stretches while trials lose: each lost trial doubles it up to this
+    /// (the same as `cycle`: never), and a won one brings it back.
+    pub longest_cycle: Duration,
     /// How long each of the three windows of a trial lasts.
     pub window: Duration,
     /// Trials in a row the other way must win before the queue takes it.
@@ -83,6 +86,7 @@ impl Trials {
     /// One trial of [`WINDOW`]s at the end of each cycle decides.
     pub const ONE_WINDOW: Trials = Trials {
         cycle: CYCLE,
+        longest_cycle: CYCLE,
         window: WINDOW,
         votes: 1,
         offset: CYCLE.saturating_sub(WINDOW.saturating_mul(3)),
@@ -107,6 +111,8 @@ pub struct Tuner {
     /// Whether trials run ([`Mode::Auto`]).
     auto: bool,
     trials: Trials,
+    /// The cycle now (see [`Trials::longest_cycle`]).
+    cycle: Duration,
     /// Trials in a row the other way has won.
     wins: u32,
     on: bool,
@@ -136,6 +142,7 @@ impl Tuner {
         Tuner {
             auto: mode == Mode::Auto,
             trials,
+            cycle: trials.cycle,
             wins: 0,
             on: mode == Mode::On,
             phase: Phase::Steady,
@@ -189,7 +196,7 @@ impl Tuner {
         let took = now.saturating_duration_since(since);
         let window = self.trials.window;
         let length = match self.phase {
-            Phase::Steady => self.trials.cycle.saturating_sub(window * 3),
+            Phase::Steady => self.cycle.saturating_sub(window * 3),
             _ => window,
         };
         if took < length {
@@ -219,8 +226,10 @@ impl Tuner {
                 // ends.
                 if enough && self.trial > own * (1.0 + MARGIN) {
                     self.wins += 1;
+                    self.cycle = self.trials.cycle;
                 } else {
                     self.wins = 0;
+                    self.cycle = (self.cycle * 2).min(self.trials.longest_cycle);
                 }
                 if self.wins >= self.trials.votes {
                     self.on = !self.on;
@@ -300,6 +309,7 @@ mod tests {
     fn votes_take_the_other_way_only_after_wins_in_a_row() {
         let trials = Trials {
             cycle: Duration::from_millis(100),
+            longest_cycle: Duration::from_millis(100),
             window: Duration::from_millis(10),
             votes: 2,
             offset: Duration::from_millis(40),
@@ -336,6 +346,43 @@ mod tests {
             step(&mut t, 200);
         }
         assert_eq!((t.switches(), t.on()), (1, true), "two wins in a row");
+    }
+
+    /// Each lost trial doubles the cycle up to the longest; a won one brings it back.
+    #[test]
+    fn lost_trials_stretch_the_cycle_and_a_win_shortens_it() {
+        let trials = Trials {
+            cycle: Duration::from_millis(100),
+            longest_cycle: Duration::from_millis(400),
+            window: Duration::from_millis(10),
+            votes: 2,
+            offset: Duration::from_millis(40),
+        };
+        let mut t = Tuner::with_trials(Mode::Auto, trials);
+        let mut now = Instant::now();
+        t.tick(now);
+        // The ms at which each trial window opens, with the other way moving `trial` frames a
+        // ms (its own way 100), for `until` ms.
+        let mut trial_starts = |t: &mut Tuner, trial: u64, until: u64| {
+            let mut starts = Vec::new();
+            for ms in 1..=until {
+                let before = t.phase;
+                t.frames += if before == Phase::Trial { trial } else { 100 };
+                now += Duration::from_millis(1);
+                t.tick(now);
+                if t.phase == Phase::Trial && before != Phase::Trial {
+                    starts.push(ms);
+                }
+            }
+            starts
+        };
+        // Losing trials: the next one 200 ms on, then 400, and 400 again.
+        let starts = trial_starts(&mut t, 100, 1250);
+        assert_eq!(starts, [50, 250, 650, 1050]);
+        // A win (at 1450) brings the next trial 100 ms on; the second win switches.
+        let starts = trial_starts(&mut t, 200, 350);
+        assert_eq!(starts, [200, 300]);
+        assert_eq!(t.switches(), 1);
     }
 
     #[test]
