@@ -12,6 +12,8 @@
 //!   whether to write short frames into its peer's buffers with streaming stores;
 //!   [`ahead::AheadTuner`] a transmit queue's choice whether to ask for its peer's buffer lines
 //!   ahead of its copy in shared state instead of exclusive.
+//! * [`holdoff::Holdoff`]: a receive queue leaves its ring alone a few microseconds after it
+//!   caught up with a streaming sender.
 #![forbid(unsafe_code)]
 
 pub mod abflip;
@@ -19,6 +21,7 @@ pub mod ahead;
 mod devargs;
 pub mod flush;
 pub mod gate;
+pub mod holdoff;
 mod stats;
 pub mod stream;
 pub mod tuner;

@@ -31,7 +31,7 @@ pub use port::{
     MemifConfig, MemifError, MemifPort, CLOSERS_BUSY, DRIVER, GREETINGS_BUSY, PEER_JAMMED,
     PEER_SHRANK,
 };
-pub use queue::Role;
+pub use queue::{Role, DEFAULT_RX_HOLDOFF};
 
 pub use msg::{
     AddRegion, AddRing, Disconnect, FdKind, FixedStr, Hello, Init, InterfaceMode, Msg, MsgError,

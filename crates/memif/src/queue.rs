@@ -18,10 +18,12 @@ use std::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use memnic_ethdev::ahead::{AheadMode, AheadTuner};
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
+use memnic_ethdev::holdoff::Holdoff;
 use memnic_ethdev::stream::{StreamMode, StreamTuner};
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, RxQueue, StatsCell, TxQueue, MAX_BURST};
 use memnic_shm::unix::EventFd;
@@ -247,12 +249,38 @@ impl QueueCore {
 /// A quarter of the ring (256) was 1.01/1.02 at 64 B (ours/DPDK's), 32 slots 1.00/1.00.
 pub const REFILL_SHARE: u16 = 8;
 
+/// How long an rx queue leaves its ring alone after a poll that found it empty, when the poll
+/// before took a run of frames, unless the port's `rx-holdoff-ns` devarg says otherwise
+/// ([`memnic_ethdev::holdoff`]).
+///
+/// A caught-up receiver polls the ring's head and the descriptor line the sender writes next;
+/// where the sender is the pair's bound (DPDK's memif transmit at 64 B, which reads every
+/// descriptor it writes), each look takes a line it is about to store to. In-process flip in
+/// one sitting (the Intel Xeon host of session 45, 250-ms windows, our side rxonly counted,
+/// holding off 5 us / not at all, p20/p50/p80):
+///
+/// ```text
+///   64 B  our server <- DPDK's client  1.04/1.07/1.13   (2 us 1.05/1.06/1.07, 10 us 1.04/1.10/1.12)
+///         our client <- DPDK's server  1.17/1.19/1.20   (2 us 0.99/1.05/1.18, 10 us 1.09/1.15/1.18)
+///         our client <- our server     1.01/1.10/1.11   (2 us 0.93/1.06/1.14, 10 us 1.02/1.10/1.20)
+///         our server <- our client     0.90/0.99/1.01
+///  512 B  our server <- DPDK's client  1.00/1.01/1.04, our client <- DPDK's server 0.98/1.00/1.01
+///         our server <- our client     0.93/1.00/1.01, our client <- our server    0.97/1.00/1.01
+/// 1518 B  our server <- DPDK's client  1.00/1.00/1.09, our client <- our server    0.99/1.01/1.10
+/// ```
+///
+/// (From 512 B the receiver is the bound and rarely catches up: nothing changes.) 5 us, as
+/// MEMNIC's (`memnic_pmd::DEFAULT_RX_HOLDOFF`): 10 us was no better, 2 us less.
+pub const DEFAULT_RX_HOLDOFF: Duration = Duration::from_micros(5);
+
 /// A memif rx queue (either role).
 pub struct MemifRxQueue {
     core: QueueCore,
     /// Whether the frames received are flushed from our caches once copied out
     /// (`chain::FromRegions::flush`).
     flush: FlushTuner,
+    /// The hold-off after an empty poll that followed a run ([`DEFAULT_RX_HOLDOFF`]).
+    hold: Holdoff,
 }
 
 /// A memif tx queue (either role).
@@ -266,10 +294,11 @@ pub struct MemifTxQueue {
 }
 
 impl MemifRxQueue {
-    pub fn new(core: QueueCore, flush: FlushMode) -> Self {
+    pub fn new(core: QueueCore, flush: FlushMode, holdoff: Duration) -> Self {
         MemifRxQueue {
             core,
             flush: FlushTuner::new(flush),
+            hold: Holdoff::new(holdoff),
         }
     }
 
@@ -450,6 +479,9 @@ impl MemifRxQueue {
 
 impl RxQueue for MemifRxQueue {
     fn rx_burst(&mut self, pkts: &mut Vec<Mbuf>, max: usize) -> usize {
+        if self.hold.holding() {
+            return 0;
+        }
         if !self.core.enter() {
             return 0;
         }
@@ -480,6 +512,7 @@ impl RxQueue for MemifRxQueue {
             self.flush.polled(n as u16);
             self.flush.record(&mut self.core.stats);
         }
+        self.hold.polled(n);
         self.core.exit();
         n
     }

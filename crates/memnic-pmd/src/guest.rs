@@ -16,6 +16,7 @@ use crate::ring::{self, Oversize};
 use crate::{host, slot, MemnicError};
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, Gate, GateMember};
+use memnic_ethdev::holdoff::Holdoff;
 use memnic_ethdev::stream::{StreamMode, StreamTuner};
 
 /// Which burst implementation the guest queues run.
@@ -324,7 +325,7 @@ impl GuestPort {
             cache: pool.lcore_cache(),
             stats: QueueStats::default(),
             cell,
-            hold: ring::Holdoff::new(self.cfg.rx_holdoff),
+            hold: Holdoff::new(self.cfg.rx_holdoff),
             flush: FlushTuner::new(self.cfg.rx_flush),
         }
     }
@@ -379,7 +380,7 @@ pub struct GuestRxQueue {
     cell: Arc<StatsCell>,
     /// The `memnic` variant's hold-off after an empty poll that followed a run (the 2014
     /// variants poll as they did).
-    hold: ring::Holdoff,
+    hold: Holdoff,
     /// Whether copied frames are flushed from our caches (`ring::flush_copied`).
     flush: FlushTuner,
 }

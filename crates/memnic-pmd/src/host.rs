@@ -17,6 +17,7 @@ use crate::ring::{self, Oversize};
 use crate::{slot, MemnicError};
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, Gate, GateMember};
+use memnic_ethdev::holdoff::Holdoff;
 use memnic_ethdev::stream::{StreamMode, StreamTuner};
 
 /// Most host tx queues one port offers (several host lcores sending into one `up` ring).
@@ -364,7 +365,7 @@ impl Port for HostPort {
             gate: self.shared.gate.join(),
             // Relaxed: queues are set up before forwarding starts.
             down_seen: self.shared.down_discards.load(Relaxed),
-            hold: ring::Holdoff::new(self.rx_holdoff),
+            hold: Holdoff::new(self.rx_holdoff),
             flush: FlushTuner::new(self.rx_flush),
         }))
     }
@@ -445,7 +446,7 @@ pub struct HostRxQueue {
     /// `HostShared::down_discards` already counted in `stats.drops`.
     down_seen: u64,
     /// The hold-off after an empty poll that followed a run.
-    hold: ring::Holdoff,
+    hold: Holdoff,
     /// Whether copied frames are flushed from our caches (`ring::flush_copied`).
     flush: FlushTuner,
 }

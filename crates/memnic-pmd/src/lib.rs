@@ -16,8 +16,6 @@ pub use guest::{GuestConfig, GuestPort, GuestRxQueue, GuestTxQueue, Variant};
 pub use host::{HostConfig, HostPort, RESET_INTERVAL};
 pub use ring::DEFAULT_RX_HOLDOFF;
 
-use std::time::Duration;
-
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Devargs, DevargsError, Port};
@@ -33,10 +31,6 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "rx_flush",
     "tx_stream",
 ];
-
-/// The longest `rx_holdoff_ns` taken, 1 ms: far past any use (at 25 Mpps a ring of 1024 slots
-/// fills in 41 us, and a sender that finds it full drops), yet bounded.
-const MAX_RX_HOLDOFF_NS: u64 = 1_000_000;
 
 /// Errors of the MEMNIC driver, each a sentence a user can act on.
 #[derive(Debug, thiserror::Error)]
@@ -74,17 +68,8 @@ pub enum MemnicError {
 pub fn open(args: &Devargs) -> Result<Box<dyn Port>, MemnicError> {
     let path = args.require("path")?;
     let role = args.choice_or("role", &["host", "guest"], "guest")?;
-    let rx_holdoff = match args.get("rx_holdoff_ns") {
-        None => DEFAULT_RX_HOLDOFF,
-        Some(v) => match v.parse::<u64>() {
-            Ok(ns) if ns <= MAX_RX_HOLDOFF_NS => Duration::from_nanos(ns),
-            _ => {
-                return Err(args
-                    .bad("rx_holdoff_ns", v, "expected nanoseconds from 0 to 1000000")
-                    .into())
-            }
-        },
-    };
+    let rx_holdoff =
+        memnic_ethdev::holdoff::from_devargs(args, "rx_holdoff_ns", DEFAULT_RX_HOLDOFF)?;
     let rx_flush = args.parse_or("rx_flush", FlushMode::Auto)?;
     let tx_stream = args.parse_or("tx_stream", StreamMode::Auto)?;
     if role == "host" {

@@ -4,9 +4,10 @@
 //! `len` is read once, checked against the private frame size and the buffer, then used.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memnic_ethdev::flush::FlushTuner;
+use memnic_ethdev::holdoff::Holdoff;
 use memnic_ethdev::stream::StreamTuner;
 use memnic_ethdev::{Mbuf, PoolCache, QueueStats, MAX_BURST};
 use memnic_shm::Region;
@@ -25,7 +26,7 @@ pub(crate) enum Oversize {
 
 /// How long a receiver leaves its ring alone after a poll that found it empty, when the poll
 /// before took a run of frames (the sender is streaming), unless the port's `rx_holdoff_ns`
-/// devarg says otherwise.
+/// devarg says otherwise ([`memnic_ethdev::holdoff`]).
 ///
 /// The next slot a caught-up receiver polls is the one the sender is writing: each poll takes
 /// the slot's first line (status, length and the frame's first bytes) away from the sender in
@@ -57,57 +58,6 @@ pub(crate) enum Oversize {
 ///   512 B  host->guest 1.03/1.38/1.56 (3.8 -> 5.2), guest->host 1.07/1.27/1.45
 /// ```
 pub const DEFAULT_RX_HOLDOFF: Duration = Duration::from_micros(5);
-
-/// The receiver's hold-off after an empty poll that followed a run ([`DEFAULT_RX_HOLDOFF`]).
-pub(crate) struct Holdoff {
-    after_empty: Duration,
-    until: Option<Instant>,
-    /// Frames the last poll took (0: it found none).
-    last: usize,
-}
-
-/// The fewest frames a poll takes for the empty poll after it to hold off: more than one says
-/// the sender is streaming; one alone is a request or a ping, whose answer must not wait.
-const RUN: usize = 2;
-
-impl Holdoff {
-    pub(crate) fn new(after_empty: Duration) -> Holdoff {
-        Holdoff {
-            after_empty,
-            until: None,
-            last: 0,
-        }
-    }
-
-    /// Whether the ring is still to be left alone (this clock read is the only cost of a held
-    /// poll; none while frames keep arriving).
-    #[inline(always)]
-    fn holding(&mut self) -> bool {
-        match self.until {
-            Some(t) if Instant::now() < t => true,
-            Some(_) => {
-                self.until = None;
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// The poll found nothing: hold off if the one before took a run.
-    #[inline(always)]
-    fn found_empty(&mut self) {
-        if self.last >= RUN && !self.after_empty.is_zero() {
-            self.until = Some(Instant::now() + self.after_empty);
-        }
-        self.last = 0;
-    }
-
-    /// The poll took `n` frames.
-    #[inline(always)]
-    fn found(&mut self, n: usize) {
-        self.last = n;
-    }
-}
 
 /// Receives up to `max` frames from ring `dir` starting at `*idx`, unless `hold` says the ring
 /// is to be left alone a while longer after an empty poll that followed a run.
@@ -147,13 +97,12 @@ pub(crate) fn receive(
         }
         n += 1;
     }
+    hold.polled(n);
     if n == 0 {
-        hold.found_empty();
         tuner.polled(0);
         tuner.record(st);
         return 0;
     }
-    hold.found(n);
     let flush = tuner.flush();
     // The run's frames are finished: fetch each one's second line (the status read brought
     // the first), so the copies' misses overlap instead of stalling one after another. A/B:

@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use memnic_ethdev::ahead::AheadMode;
 use memnic_ethdev::flush::FlushMode;
+use memnic_ethdev::holdoff;
 use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::{Devargs, DevargsError, MacAddr};
 
 use crate::msg::{MsgError, Secret};
-use crate::queue::Role;
+use crate::queue::{Role, DEFAULT_RX_HOLDOFF};
 use crate::socket::RegisterError;
 
 /// Devargs keys, DPDK's names.
@@ -25,6 +26,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "rx-flush",
     "tx-stream",
     "tx-ahead-shared",
+    "rx-holdoff-ns",
 ];
 
 /// Most queue pairs a port offers.
@@ -88,6 +90,10 @@ pub struct MemifConfig {
     /// Whether tx asks for the peer's buffer lines ahead of its copy in shared state instead
     /// of exclusive (`tx-ahead-shared=auto|on|off`, ours: `writer::Ahead`).
     pub tx_ahead_shared: AheadMode,
+    /// How long rx leaves the ring alone after an empty poll that followed a run of frames
+    /// (`rx-holdoff-ns=N`, 0 to 1000000, 0 polls without pause; ours:
+    /// `queue::DEFAULT_RX_HOLDOFF`).
+    pub rx_holdoff: Duration,
 }
 
 impl MemifConfig {
@@ -107,6 +113,7 @@ impl MemifConfig {
             rx_flush: FlushMode::Auto,
             tx_stream: StreamMode::Auto,
             tx_ahead_shared: AheadMode::Auto,
+            rx_holdoff: DEFAULT_RX_HOLDOFF,
         }
     }
 
@@ -158,6 +165,7 @@ impl MemifConfig {
         c.rx_flush = a.parse_or("rx-flush", FlushMode::Auto)?;
         c.tx_stream = a.parse_or("tx-stream", StreamMode::Auto)?;
         c.tx_ahead_shared = a.parse_or("tx-ahead-shared", AheadMode::Auto)?;
+        c.rx_holdoff = holdoff::from_devargs(a, "rx-holdoff-ns", DEFAULT_RX_HOLDOFF)?;
         Ok(c)
     }
 }
@@ -188,5 +196,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("'tx-ahead-shared'"), "{e}");
+    }
+
+    #[test]
+    fn the_hold_off_defaults_to_5_us_and_takes_nanoseconds() {
+        assert_eq!(parse("memif0").unwrap().rx_holdoff, DEFAULT_RX_HOLDOFF);
+        let c = parse("memif0,rx-holdoff-ns=0").unwrap();
+        assert_eq!(c.rx_holdoff, Duration::ZERO);
+        let e = parse("memif0,rx-holdoff-ns=2ms").unwrap_err().to_string();
+        assert!(e.contains("'rx-holdoff-ns'"), "{e}");
     }
 }

@@ -528,7 +528,11 @@ impl Port for MemifPort {
             pool.lcore_cache(),
             self.rx_cells[q as usize].clone(),
         );
-        Ok(Box::new(MemifRxQueue::new(core, self.cfg.rx_flush)))
+        Ok(Box::new(MemifRxQueue::new(
+            core,
+            self.cfg.rx_flush,
+            self.cfg.rx_holdoff,
+        )))
     }
 
     fn take_tx_queue(&mut self, q: u16, pool: &Mempool) -> Result<Box<dyn TxQueue>, PortError> {

@@ -196,7 +196,8 @@ impl Harness {
                 StatsCell::new(),
             )
         };
-        let rx = MemifRxQueue::new(core(&rx_slot), FlushMode::On);
+        // Polled as the tests drive it: no hold-off.
+        let rx = MemifRxQueue::new(core(&rx_slot), FlushMode::On, Duration::ZERO);
         // Short frames streamed, as before the choice was tuned (long ones test plain stores);
         // lines asked for ahead in exclusive state, as before that choice was.
         let tx = MemifTxQueue::new(core(&tx_slot), StreamMode::On, AheadMode::Off);
