@@ -28,16 +28,18 @@ pub type AheadMode = Mode;
 
 /// How the write-ahead's way is tried: windows of 32 ms, taken after two wins in a row, every
 /// half second, the cycle doubling with each lost trial up to 4 s (a trial the other way costs
-/// up to a fifth of its window's frames, and its way takes a while to settle again). Cycles
-/// of multiples of 64 ms keep the trial in the middle of the stream tuner's 64-ms cycles, so
-/// neither tuner's windows straddle the other's change of way. Tried in session 45 (the share of
-/// frames asked for in shared state over 8-s runs, our memif client into DPDK's server): the
-/// stream tuner's trials (64-ms cycles, 1-ms windows) with 2-ms windows and three wins in a
-/// row took shared at 512 B (77%) but not at 1518 B (34%, 81%, 47% in three runs, with 3 to 8
-/// switches each); 256-ms cycles of 16-ms windows switched once at 1518 B, but 4 s in. These
-/// took shared at 512 and 1518 B within one to five seconds (47-88% of each 10-s run, one
-/// switch) and stayed with ownership into our receivers (5-7%: the trials' share) but for one
-/// run of ten, in the machine's slow state (our server <- our client at 1518 B, three switches).
+/// up to a quarter of its window's frames, exclusive into DPDK's server at 1518 B being 1/1.34
+/// of shared, and its way takes a while to settle again; the back-off's own A/B against a fixed
+/// cycle was not resolvable on session 45's swinging host). Cycles of multiples of 64 ms keep
+/// the trial in the middle of the stream tuner's 64-ms cycles, so neither tuner's windows
+/// straddle the other's change of way. Tried in session 45 (the share of frames asked for in
+/// shared state over 8-s runs, our memif client into DPDK's server): 64-ms cycles with 2-ms
+/// windows and three wins in a row took shared at 512 B (77%) but not at 1518 B (34%, 81%, 47%
+/// in three runs, with 3 to 8 switches each); 256-ms cycles of 16-ms windows switched once at
+/// 1518 B, but 4 s in. Fixed 512-ms cycles of these windows took shared at 512 and 1518 B
+/// within one to five seconds (47-88% of each 10-s run, one switch) and stayed with ownership
+/// into our receivers (5-7%: the trials' share) but for one run of ten, in the machine's slow
+/// state (our server <- our client at 1518 B, three switches).
 pub const AHEAD_TRIALS: Trials = Trials {
     cycle: Duration::from_millis(512),
     longest_cycle: Duration::from_millis(4096),
