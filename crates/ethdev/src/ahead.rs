@@ -101,9 +101,7 @@ impl AheadTuner {
 /// A port's extended counters for its transmit queues' write-ahead, summed over `tx` (each
 /// queue's counters): frames whose lines were asked for in shared state, and changes of way.
 pub fn xstats(tx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (shared, switches) = tx.into_iter().fold((0, 0), |(shared, switches), q| {
-        (shared + q.shared_ahead, switches + q.ahead_switches)
-    });
+    let (shared, switches) = crate::tuner::sums(tx, |q| (q.shared_ahead, q.ahead_switches));
     [
         ("tx_shared_ahead_packets", shared),
         ("tx_ahead_switches", switches),

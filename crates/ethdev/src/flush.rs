@@ -68,7 +68,7 @@ impl FlushTuner {
 /// A port's extended counters for its receive queues' flushing, summed over `rx` (each
 /// queue's counters): frames flushed, and changes of way.
 pub fn xstats(rx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (flushed, switches) = crate::tuner::sums(rx);
+    let (flushed, switches) = crate::tuner::sums(rx, |q| (q.tuned, q.tuner_switches));
     [
         ("rx_flushed_packets", flushed),
         ("rx_flush_switches", switches),

@@ -60,7 +60,7 @@ impl StreamTuner {
 /// A port's extended counters for its transmit queues' streaming, summed over `tx` (each
 /// queue's counters): frames streamed, and changes of way.
 pub fn xstats(tx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (streamed, switches) = crate::tuner::sums(tx);
+    let (streamed, switches) = crate::tuner::sums(tx, |q| (q.tuned, q.tuner_switches));
     [
         ("tx_streamed_packets", streamed),
         ("tx_stream_switches", switches),

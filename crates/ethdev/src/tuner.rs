@@ -244,11 +244,15 @@ impl Tuner {
     }
 }
 
-/// The queues' `tuned` and `tuner_switches`, each summed (what a port's extended counters for
-/// one tuned choice report).
-pub(crate) fn sums(queues: impl IntoIterator<Item = crate::QueueStats>) -> (u64, u64) {
-    queues.into_iter().fold((0, 0), |(tuned, switches), q| {
-        (tuned + q.tuned, switches + q.tuner_switches)
+/// The queues' `counters` for one tuned choice (its frames moved the other way, its
+/// switches), each summed: what a port's extended counters for that choice report.
+pub(crate) fn sums(
+    queues: impl IntoIterator<Item = crate::QueueStats>,
+    counters: impl Fn(&crate::QueueStats) -> (u64, u64),
+) -> (u64, u64) {
+    queues.into_iter().fold((0, 0), |(frames, switches), q| {
+        let (f, s) = counters(&q);
+        (frames + f, switches + s)
     })
 }
 
@@ -303,18 +307,26 @@ mod tests {
         assert_eq!(t.switches(), 2);
     }
 
+    /// A tuner of 100-ms cycles (stretching up to `longest_cycle`), 10-ms windows, trials 40 ms
+    /// into the cycle, taking the other way after two wins in a row.
+    fn two_votes(longest_cycle: Duration) -> Tuner {
+        Tuner::with_trials(
+            Mode::Auto,
+            Trials {
+                cycle: Duration::from_millis(100),
+                longest_cycle,
+                window: Duration::from_millis(10),
+                votes: 2,
+                offset: Duration::from_millis(40),
+            },
+        )
+    }
+
     /// Trials that must win twice in a row: one win alone (a trial that caught a state swing)
     /// changes nothing, two do; the first trial starts at the offset, the next a cycle later.
     #[test]
     fn votes_take_the_other_way_only_after_wins_in_a_row() {
-        let trials = Trials {
-            cycle: Duration::from_millis(100),
-            longest_cycle: Duration::from_millis(100),
-            window: Duration::from_millis(10),
-            votes: 2,
-            offset: Duration::from_millis(40),
-        };
-        let mut t = Tuner::with_trials(Mode::Auto, trials);
+        let mut t = two_votes(Duration::from_millis(100));
         let mut now = Instant::now();
         t.tick(now);
         // Steps of 1 ms, 100 frames a ms either way; the other way moves `trial` a ms.
@@ -351,14 +363,7 @@ mod tests {
     /// Each lost trial doubles the cycle up to the longest; a won one brings it back.
     #[test]
     fn lost_trials_stretch_the_cycle_and_a_win_shortens_it() {
-        let trials = Trials {
-            cycle: Duration::from_millis(100),
-            longest_cycle: Duration::from_millis(400),
-            window: Duration::from_millis(10),
-            votes: 2,
-            offset: Duration::from_millis(40),
-        };
-        let mut t = Tuner::with_trials(Mode::Auto, trials);
+        let mut t = two_votes(Duration::from_millis(400));
         let mut now = Instant::now();
         t.tick(now);
         // The ms at which each trial window opens, with the other way moving `trial` frames a
