@@ -7,14 +7,17 @@
 #![forbid(unsafe_code)]
 
 pub mod capture;
+mod ping;
 pub mod pkt;
 pub mod report;
+pub mod rtt;
 mod stream;
 #[cfg(test)]
 mod test_port;
 pub mod verify;
 
 pub use capture::{Capture, CaptureCounts, CaptureSpec};
+pub use rtt::{RoundTrips, RttSummary};
 pub use stream::{Stream, StreamCounters, StreamSpec};
 pub use verify::{Verifier, VerifyCounts};
 
@@ -41,16 +44,20 @@ pub enum FwdMode {
     TxOnly,
     /// Generate frames over many IP flows; receive and free.
     FlowGen,
+    /// Send a burst of `--burst` sequence-numbered frames, wait until it is back (through a
+    /// reflector: a peer in `macswap` or `io` mode), record each frame's round trip, repeat.
+    Ping,
 }
 
 impl FwdMode {
-    pub const ALL: [FwdMode; 6] = [
+    pub const ALL: [FwdMode; 7] = [
         FwdMode::Io,
         FwdMode::Mac,
         FwdMode::MacSwap,
         FwdMode::RxOnly,
         FwdMode::TxOnly,
         FwdMode::FlowGen,
+        FwdMode::Ping,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +68,7 @@ impl FwdMode {
             FwdMode::RxOnly => "rxonly",
             FwdMode::TxOnly => "txonly",
             FwdMode::FlowGen => "flowgen",
+            FwdMode::Ping => "ping",
         }
     }
 }
@@ -389,7 +397,8 @@ impl Engine {
         // Relaxed: the flag only tells lcores when to stop; the thread spawn orders the rest.
         self.running.store(true, Relaxed);
         for l in &mut self.lcores {
-            let streams = std::mem::take(&mut l.streams);
+            let mut streams = std::mem::take(&mut l.streams);
+            streams.iter_mut().for_each(Stream::reset_pinger);
             let (running, cfg, cpu, id) = (self.running.clone(), self.cfg.clone(), l.cpu, l.id);
             let h = std::thread::Builder::new()
                 .name(format!("lcore-{id}"))
@@ -432,6 +441,19 @@ impl Engine {
             .filter_map(|c| c.flush().err())
             .collect();
         Ok(())
+    }
+
+    /// `ping`'s round trips of every stream, merged, over the last run (since its start);
+    /// None in other modes, and while forwarding runs (the lcores hold them).
+    pub fn round_trips(&self) -> Option<RoundTrips> {
+        if self.cfg.mode != FwdMode::Ping || self.is_running() {
+            return None;
+        }
+        let mut all = RoundTrips::default();
+        for s in self.lcores.iter().flat_map(|l| &l.streams) {
+            all.merge(s.round_trips());
+        }
+        Some(all)
     }
 
     /// Control-path work of every port (between stats ticks).
@@ -505,7 +527,8 @@ fn lcore_main(
     if let Err(e) = memnic_shm::cpu::pin_current_thread(cpu) {
         eprintln!("warning: {e}; this lcore runs unpinned");
     }
-    if tx_first {
+    // (`ping` sends its first burst at once anyway, and times every burst it sends.)
+    if tx_first && cfg.mode != FwdMode::Ping {
         for s in &mut streams {
             s.generate(&cfg, false);
         }
@@ -581,7 +604,7 @@ mod tests {
         let e = "fast".parse::<FwdMode>().unwrap_err();
         assert_eq!(
             e,
-            "unknown forwarding mode 'fast' (available: io, mac, macswap, rxonly, txonly, flowgen)"
+            "unknown forwarding mode 'fast' (available: io, mac, macswap, rxonly, txonly, flowgen, ping)"
         );
     }
 }

@@ -4,8 +4,9 @@ use std::fmt::Write;
 use std::time::Instant;
 
 use crate::capture::{CaptureCounts, Dir};
+use crate::rtt::RttSummary;
 use crate::verify::VerifyCounts;
-use crate::{Engine, StreamCounters};
+use crate::{Engine, FwdMode, StreamCounters};
 
 /// Counters of one port, since the last clear.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -63,6 +64,9 @@ pub struct Report {
     pub seconds: f64,
     pub ports: Vec<PortReport>,
     pub lcores: Vec<LcoreReport>,
+    /// `ping`: the run's round trips, every stream's merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trips: Option<RttSummary>,
 }
 
 /// Turns cumulative counters into rates between calls, and keeps the clear-stats base.
@@ -152,7 +156,9 @@ fn raw_ports(engine: &Engine) -> Vec<PortReport> {
                 if spec.tx_port as usize == i {
                     dropped += c.dropped;
                 }
-                if spec.rx_port as usize == i && engine.cfg.verify {
+                if spec.rx_port as usize == i
+                    && (engine.cfg.verify || engine.cfg.mode == FwdMode::Ping)
+                {
                     verify
                         .get_or_insert_with(VerifyCounts::default)
                         .add(&c.verify);
@@ -286,6 +292,35 @@ fn capture_line(s: &mut String, p: &PortReport) {
     if !line.is_empty() {
         let _ = writeln!(s, "  Capture:{line}");
     }
+}
+
+/// `ping`'s round trips, printed at stop after the forward statistics (microseconds).
+pub fn round_trips(r: &RttSummary) -> String {
+    let us = |ns: u64| ns as f64 / 1e3;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n  {FWD_BORDER} Round trips (ping) {FWD_BORDER}{}",
+        "-".repeat(10)
+    );
+    let _ = writeln!(
+        s,
+        "  Sent: {:<14} Returned: {:<14} Lost: {:<10} Stale: {}",
+        r.sent, r.count, r.lost, r.stale
+    );
+    let _ = writeln!(
+        s,
+        "  RTT us: min {:.2}  mean {:.2}  p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+        us(r.min_ns),
+        us(r.mean_ns),
+        us(r.p50_ns),
+        us(r.p90_ns),
+        us(r.p99_ns),
+        us(r.p999_ns),
+        us(r.max_ns)
+    );
+    let _ = writeln!(s, "  {}", "-".repeat(76));
+    s
 }
 
 /// The totals printed at stop (testpmd's `fwd_stats_display`).

@@ -2,10 +2,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Instant;
 
 use memnic_ethdev::{MacAddr, Mbuf, PoolCache, RxQueue, TxQueue, MAX_BURST};
 
 use crate::capture::Tap;
+use crate::ping::Pinger;
 use crate::pkt::{self, HDRS, IP_DST, IP_SRC};
 use crate::verify::{Verifier, VerifyCounts};
 use crate::{FwdConfig, FwdMode};
@@ -124,6 +126,8 @@ pub struct Stream {
     /// Generated frames the tx queue handed back, sent first next time (verify mode).
     pending: Vec<Mbuf>,
     verifier: Verifier,
+    /// `ping`: the burst out and the round trips.
+    pinger: Pinger,
     /// Empty polls in a row (interrupt mode).
     idle_polls: u32,
     counters: StreamCounters,
@@ -161,6 +165,7 @@ impl Stream {
             pkts: Vec::with_capacity(MAX_BURST),
             pending: Vec::with_capacity(MAX_BURST),
             verifier: Verifier::new(),
+            pinger: Pinger::default(),
             idle_polls: 0,
             counters: StreamCounters::default(),
             cell: Arc::new(StreamCell::default()),
@@ -200,6 +205,7 @@ impl Stream {
                 self.receive(cfg);
                 self.generate(cfg, true);
             }
+            FwdMode::Ping => self.ping(cfg),
         }
         self.cell.publish(&self.counters);
     }
@@ -288,61 +294,15 @@ impl Stream {
     /// back are retried next time under `verify` (no gaps in the sequence), dropped otherwise.
     pub(crate) fn generate(&mut self, cfg: &FwdConfig, many_flows: bool) {
         if self.pending.is_empty() {
-            let mut want = cfg.burst.min(MAX_BURST);
+            let mut want = self.burst_left(cfg);
             if cfg.window > 0 {
                 let out = self.counters.tx.saturating_sub(self.counters.rx);
                 want = want.min(cfg.window.saturating_sub(out) as usize);
             }
-            if let Some(count) = cfg.tx_count {
-                let left = count.saturating_sub(self.counters.tx);
-                want = want.min(usize::try_from(left).unwrap_or(usize::MAX));
-            }
             if want == 0 {
                 return;
             }
-            let len = cfg.txpkts;
-            // (None when frames are longer than the buffers: --mbuf-size is checked at start-up.)
-            self.cache.alloc_len_up_to(&mut self.pending, want, len);
-            let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);
-            // One set of headers for the burst, copied into each frame (DPDK's txonly copies
-            // its template likewise); rebuilt per frame only when each goes to another flow.
-            let mut hdr = [0u8; HDRS];
-            if !many_flows {
-                pkt::write_headers(&mut hdr, dst, src, IP_SRC, IP_DST, len);
-            }
-            for m in self.pending.iter_mut() {
-                if many_flows {
-                    self.flow_cursor = (self.flow_cursor + 1) % cfg.flows.max(1);
-                    let c = self.flow_cursor;
-                    let ip_dst = [198, 18, (c >> 8) as u8, c as u8];
-                    pkt::write_headers(&mut hdr, dst, src, IP_SRC, ip_dst, len);
-                }
-                if !cfg.verify {
-                    match m.as_mut_slice() {
-                        Some(f) => f[..HDRS].copy_from_slice(&hdr),
-                        None => {
-                            m.copy_in(0, &hdr);
-                        }
-                    }
-                    continue;
-                }
-                // A verified frame is written whole: in place in a private buffer; a shared
-                // pool's is built in private memory and copied in.
-                let (seq, flow, session) = (self.seq, self.flow, self.session);
-                self.seq += 1;
-                let build = |f: &mut [u8]| {
-                    f[..HDRS].copy_from_slice(&hdr);
-                    pkt::write_payload(f, seq, flow, session);
-                };
-                match m.as_mut_slice() {
-                    Some(f) => build(f),
-                    None => {
-                        self.scratch.resize(len, 0);
-                        build(&mut self.scratch[..len]);
-                        m.copy_in(0, &self.scratch[..len]);
-                    }
-                }
-            }
+            self.build(cfg, want, many_flows, cfg.verify);
         }
         let sent = offer(&mut *self.txq, self.tx_tap.as_mut(), &mut self.pending);
         self.counters.tx += sent as u64;
@@ -350,6 +310,132 @@ impl Stream {
             self.counters.dropped += self.pending.len() as u64;
             self.cache.free_all(&mut self.pending);
         }
+    }
+
+    /// How many frames the next generated burst may have: `--burst`, less what `--tx-count`
+    /// has left.
+    fn burst_left(&self, cfg: &FwdConfig) -> usize {
+        let want = cfg.burst.min(MAX_BURST);
+        match cfg.tx_count {
+            Some(count) => {
+                let left = count.saturating_sub(self.counters.tx);
+                want.min(usize::try_from(left).unwrap_or(usize::MAX))
+            }
+            None => want,
+        }
+    }
+
+    /// Builds up to `want` frames into `pending` (fewer when the pool runs dry), with the
+    /// sequence-numbered payload when `verified`.
+    fn build(&mut self, cfg: &FwdConfig, want: usize, many_flows: bool, verified: bool) {
+        let len = cfg.txpkts;
+        // (None when frames are longer than the buffers: --mbuf-size is checked at start-up.)
+        self.cache.alloc_len_up_to(&mut self.pending, want, len);
+        let (dst, src) = (cfg.peer_mac(self.spec.tx_port), self.tx_mac);
+        // One set of headers for the burst, copied into each frame (DPDK's txonly copies
+        // its template likewise); rebuilt per frame only when each goes to another flow.
+        let mut hdr = [0u8; HDRS];
+        if !many_flows {
+            pkt::write_headers(&mut hdr, dst, src, IP_SRC, IP_DST, len);
+        }
+        for m in self.pending.iter_mut() {
+            if many_flows {
+                self.flow_cursor = (self.flow_cursor + 1) % cfg.flows.max(1);
+                let c = self.flow_cursor;
+                let ip_dst = [198, 18, (c >> 8) as u8, c as u8];
+                pkt::write_headers(&mut hdr, dst, src, IP_SRC, ip_dst, len);
+            }
+            if !verified {
+                match m.as_mut_slice() {
+                    Some(f) => f[..HDRS].copy_from_slice(&hdr),
+                    None => {
+                        m.copy_in(0, &hdr);
+                    }
+                }
+                continue;
+            }
+            // A verified frame is written whole: in place in a private buffer; a shared
+            // pool's is built in private memory and copied in.
+            let (seq, flow, session) = (self.seq, self.flow, self.session);
+            self.seq += 1;
+            let build = |f: &mut [u8]| {
+                f[..HDRS].copy_from_slice(&hdr);
+                pkt::write_payload(f, seq, flow, session);
+            };
+            match m.as_mut_slice() {
+                Some(f) => build(f),
+                None => {
+                    self.scratch.resize(len, 0);
+                    build(&mut self.scratch[..len]);
+                    m.copy_in(0, &self.scratch[..len]);
+                }
+            }
+        }
+    }
+
+    /// `ping`: receives what came back (each of the burst's frames has its round trip
+    /// recorded), and once the burst out is back whole (or given up on) sends the next:
+    /// `--burst` frames, sequence-numbered and checksummed, each timed from just before the tx
+    /// queue was offered it.
+    fn ping(&mut self, cfg: &FwdConfig) {
+        let n = self.rxq.rx_burst(&mut self.pkts, cfg.burst);
+        memnic_ethdev::abflip::count(n);
+        if n > 0 {
+            let now = Instant::now();
+            self.counters.rx += n as u64;
+            if let Some(tap) = self.rx_tap.as_mut() {
+                tap.capture(&self.pkts);
+            }
+            for m in &self.pkts {
+                let f = match m.frame_slice() {
+                    Some(f) => f,
+                    None => {
+                        self.scratch.resize(m.len(), 0);
+                        m.copy_out(0, &mut self.scratch);
+                        &self.scratch[..]
+                    }
+                };
+                self.verifier.check(f);
+                match pkt::read_payload(f) {
+                    Some(p) if (p.flow, p.session) == (self.flow, self.session) => {
+                        self.pinger.returned(p.seq, now)
+                    }
+                    _ => self.pinger.rtt.stale += 1,
+                }
+            }
+            self.counters.verify = self.verifier.counts;
+            self.cache.free_all(&mut self.pkts);
+        }
+        self.pinger.settle(Instant::now);
+        if self.pinger.idle() {
+            // Frames of a burst given up on that the tx queue never took are not sent.
+            self.cache.free_all(&mut self.pending);
+            let want = self.burst_left(cfg);
+            if want == 0 {
+                return;
+            }
+            let first = self.seq;
+            self.build(cfg, want, false, true);
+            self.pinger.start(first, self.pending.len());
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        let next = self.seq - self.pending.len() as u64;
+        let at = Instant::now();
+        let sent = offer(&mut *self.txq, self.tx_tap.as_mut(), &mut self.pending);
+        self.pinger.taken(next..next + sent as u64, at);
+        self.counters.tx += sent as u64;
+    }
+
+    /// `ping`'s round trips since the stream last started.
+    pub(crate) fn round_trips(&self) -> &crate::rtt::RoundTrips {
+        &self.pinger.rtt
+    }
+
+    /// Forgets the round trips and any burst out (at start: a run's round trips are its own).
+    pub(crate) fn reset_pinger(&mut self) {
+        self.pinger = Pinger::default();
     }
 
     /// Frees what the stream still holds (at stop).

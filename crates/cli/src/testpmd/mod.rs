@@ -60,7 +60,7 @@ pub struct Args {
     /// Buffers each queue's cache of a pool keeps (DPDK testpmd's `--mbcache`)
     #[arg(long = "mbcache", default_value_t = memnic_pktbuf::DEFAULT_CACHE_SIZE)]
     mbcache: u32,
-    /// io, mac, macswap, rxonly, txonly or flowgen
+    /// io, mac, macswap, rxonly, txonly, flowgen or ping (round trips through a reflector)
     #[arg(long = "forward-mode", default_value = "io")]
     forward_mode: String,
     /// Destination MAC for a port: N,XX:XX:XX:XX:XX:XX (repeatable)
@@ -197,14 +197,14 @@ pub fn setup(a: &Args) -> Result<Session, String> {
     if !(memnic_fwd::pkt::MIN_FRAME..=9000).contains(&txpkts) {
         return Err(format!("--txpkts={txpkts} is outside 60..=9000"));
     }
-    if a.verify && !matches!(mode, FwdMode::TxOnly | FwdMode::RxOnly) {
+    if a.verify && !matches!(mode, FwdMode::TxOnly | FwdMode::RxOnly | FwdMode::Ping) {
         return Err(format!(
-            "--verify works with --forward-mode=txonly or rxonly, not {mode}"
+            "--verify works with --forward-mode=txonly, rxonly or ping, not {mode}"
         ));
     }
-    if a.tx_count.is_some() && !matches!(mode, FwdMode::TxOnly | FwdMode::FlowGen) {
+    if a.tx_count.is_some() && !matches!(mode, FwdMode::TxOnly | FwdMode::FlowGen | FwdMode::Ping) {
         return Err(format!(
-            "--tx-count works with --forward-mode=txonly or flowgen, not {mode}"
+            "--tx-count works with --forward-mode=txonly, flowgen or ping, not {mode}"
         ));
     }
     if a.interactive && (a.tx_count.is_some() || a.rx_count.is_some()) {
@@ -305,7 +305,8 @@ pub fn setup(a: &Args) -> Result<Session, String> {
                 info.name, a.rxq, a.txq, info.max_rx_queues, info.max_tx_queues
             ));
         }
-        if txpkts as u32 > info.max_frame_len && matches!(mode, FwdMode::TxOnly | FwdMode::FlowGen)
+        if txpkts as u32 > info.max_frame_len
+            && matches!(mode, FwdMode::TxOnly | FwdMode::FlowGen | FwdMode::Ping)
         {
             return Err(format!(
                 "port '{}': --txpkts={txpkts} is longer than the port's largest frame ({} bytes)",
@@ -610,6 +611,9 @@ pub fn finish(s: &mut Session, elapsed: Duration) -> Result<(), String> {
     }
     let ports = final_ports(s);
     s.out.line(&report::fwd_stats(&ports));
+    if let Some(r) = s.engine.round_trips() {
+        s.out.line(&report::round_trips(&r.summary()));
+    }
     warn_capture_errors(s);
     s.out.line("Done.");
     print_json(s, elapsed, ports)
@@ -640,6 +644,7 @@ fn print_json(
             seconds: elapsed.as_secs_f64(),
             ports,
             lcores: report::lcores(&s.engine),
+            round_trips: s.engine.round_trips().map(|r| r.summary()),
         };
         println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
     }
