@@ -250,8 +250,8 @@ impl QueueCore {
 pub const REFILL_SHARE: u16 = 8;
 
 /// How long an rx queue leaves its ring alone after a poll that found it empty, when the poll
-/// before took a run of frames, unless the port's `rx-holdoff-ns` devarg says otherwise
-/// ([`memnic_ethdev::holdoff`]).
+/// before took a run of frames (and no quiet spell is on: holds that do not pay start one),
+/// unless the port's `rx-holdoff-ns` devarg says otherwise ([`memnic_ethdev::holdoff`]).
 ///
 /// A caught-up receiver polls the ring's head and the descriptor line the sender writes next;
 /// where the sender is the pair's bound (DPDK's memif transmit at 64 B, which reads every
@@ -512,7 +512,8 @@ impl RxQueue for MemifRxQueue {
             self.flush.polled(n as u16);
             self.flush.record(&mut self.core.stats);
         }
-        self.hold.polled(n);
+        self.hold.polled(n, max);
+        self.hold.record(&mut self.core.stats);
         self.core.exit();
         n
     }

@@ -292,12 +292,17 @@ impl Port for GuestPort {
         )
     }
 
-    /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
+    /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]) and hold-off
+    /// ([`memnic_ethdev::holdoff::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        memnic_ethdev::tuner::xstats(
+        let mut x = memnic_ethdev::tuner::xstats(
             self.rx_cells.iter().map(|c| c.snapshot()),
             self.tx_cells.iter().map(|c| c.snapshot()),
-        )
+        );
+        x.extend(memnic_ethdev::holdoff::xstats(
+            self.rx_cells.iter().map(|c| c.snapshot()),
+        ));
+        x
     }
 
     fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {

@@ -402,12 +402,17 @@ impl Port for HostPort {
         )
     }
 
-    /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]).
+    /// The receive queues' flushing ([`memnic_ethdev::flush::xstats`]) and hold-off
+    /// ([`memnic_ethdev::holdoff::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
-        memnic_ethdev::tuner::xstats(
+        let mut x = memnic_ethdev::tuner::xstats(
             self.rx_cells.iter().map(|c| c.snapshot()),
             self.tx_cells.iter().map(|c| c.snapshot()),
-        )
+        );
+        x.extend(memnic_ethdev::holdoff::xstats(
+            self.rx_cells.iter().map(|c| c.snapshot()),
+        ));
+        x
     }
 
     /// Serves the guest's resets from the control thread while no lcore polls the rx queue

@@ -565,8 +565,9 @@ impl Port for MemifPort {
     }
 
     /// The receive queues' flushing, the transmit queues' streaming
-    /// ([`memnic_ethdev::tuner::xstats`]) and their write-ahead
-    /// ([`memnic_ethdev::ahead::xstats`]).
+    /// ([`memnic_ethdev::tuner::xstats`]), their write-ahead
+    /// ([`memnic_ethdev::ahead::xstats`]) and the receive queues' hold-off
+    /// ([`memnic_ethdev::holdoff::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
         let mut x = memnic_ethdev::tuner::xstats(
             self.rx_cells.iter().map(|c| c.snapshot()),
@@ -574,6 +575,9 @@ impl Port for MemifPort {
         );
         x.extend(memnic_ethdev::ahead::xstats(
             self.tx_cells.iter().map(|c| c.snapshot()),
+        ));
+        x.extend(memnic_ethdev::holdoff::xstats(
+            self.rx_cells.iter().map(|c| c.snapshot()),
         ));
         x
     }
