@@ -16,6 +16,7 @@ pub mod date;
 mod interleave;
 pub mod limit;
 pub mod parse;
+mod ping;
 pub mod plan;
 mod proc;
 pub mod report;
@@ -32,6 +33,9 @@ pub use plan::Args;
 
 /// Runs `memnic bench`; `ours` is the memnic binary the pairs run (this process's own).
 pub fn main(args: Args, ours: std::path::PathBuf) -> Result<(), String> {
+    if let plan::Bench::Ping(a) = args.bench {
+        return ping::main(a, ours);
+    }
     let plan = plan::plan(args, &memnic_shm::cpu::allowed_cpus())?;
     let ctx = runs::Ctx::new(&plan, ours)?;
     let bar = progress(&plan);

@@ -53,6 +53,9 @@ pub enum Bench {
         #[command(flatten)]
         common: Common,
     },
+    /// Round trips (latency) through a reflector: our testpmd pings, ours or DPDK's reflects,
+    /// over memif and MEMNIC
+    Ping(crate::ping::PingArgs),
     /// vhost-user backends, DPDK's net_vhost beside ours, against DPDK's virtio-user
     Vhost {
         /// Rings: split, packed (comma-separated)
@@ -329,13 +332,17 @@ impl Plan {
     }
 }
 
-/// Checks the flags; every failure is one sentence naming the flag.
+/// `bench ping` measures round trips, not rates: `crate::ping` plans and runs it.
+const PING_PLANS_ITSELF: &str = "bench ping has its own plan (memnic_bench::ping)";
+
+/// Checks the flags of a rate bench; every failure is one sentence naming the flag.
 pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
     let (bench, common) = match &args.bench {
         Bench::Memif { common, .. } => ("memif", common),
         Bench::Memnic { common, .. } => ("memnic", common),
         Bench::Tester { common, .. } => ("tester", common),
         Bench::Vhost { common, .. } => ("vhost", common),
+        Bench::Ping(_) => return Err(PING_PLANS_ITSELF.into()),
     };
     let max_size = if bench == "tester" {
         memnic_tester::JUMBO
@@ -549,6 +556,7 @@ pub fn plan(args: Args, allowed_cpus: &[usize]) -> Result<Plan, String> {
                     .collect(),
             )
         }
+        Bench::Ping(_) => return Err(PING_PLANS_ITSELF.into()),
         Bench::Vhost { rings, dirs, .. } => {
             if rings.is_empty() || dirs.is_empty() {
                 return Err("--rings and --dirs each need at least one value".into());
@@ -657,7 +665,7 @@ pub const MAX_QUEUES: u16 = 64;
 
 /// The CPUs of each side, `n` each: `--cpus A,B` (one queue), `--cpus LIST/LIST`, or the first
 /// `2n` CPUs this process may use (side A the first `n`).
-fn sides(
+pub(crate) fn sides(
     flag: Option<&str>,
     allowed: &[usize],
     n: usize,

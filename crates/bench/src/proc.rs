@@ -29,6 +29,8 @@ pub struct Seen {
     pub stops: usize,
     /// Output streams that reached end of file (2: the process is gone).
     pub closed: usize,
+    /// The last line that was a JSON object (our testpmd's `--json` report).
+    pub json: Option<String>,
     tail: VecDeque<String>,
 }
 
@@ -217,6 +219,9 @@ fn read_lines(stream: Box<dyn Read + Send>, shared: &Shared, clock: Instant, rea
         }
         if line.trim() == "Done." {
             seen.stops += 1;
+        }
+        if line.starts_with('{') {
+            seen.json = Some(line.to_string());
         }
         if !line.is_empty() {
             if seen.tail.len() == TAIL_LINES {

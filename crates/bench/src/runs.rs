@@ -44,22 +44,35 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn new(plan: &Plan, ours: PathBuf) -> Result<Ctx, String> {
-        let dpdk = if plan.uses_dpdk() {
-            Some(find_in_path(DPDK).ok_or_else(|| {
-                format!(
-                    "{DPDK} is not installed (apt-get install {}){}",
-                    plan.dpdk_packages(),
-                    if plan.bench == "memif" {
-                        ", or use --peer memnic to run ours alone"
-                    } else {
-                        ""
-                    }
-                )
-            })?)
-        } else {
-            None
+        let dpdk_missing = plan.uses_dpdk().then(|| {
+            format!(
+                "apt-get install {}){}",
+                plan.dpdk_packages(),
+                if plan.bench == "memif" {
+                    ", or use --peer memnic to run ours alone"
+                } else {
+                    ""
+                }
+            )
+        });
+        Ctx::with(dpdk_missing.as_deref(), plan.interleave, ours)
+    }
+
+    /// A context for runs that need DPDK's testpmd when `dpdk_missing` says what to do if it
+    /// is not installed (the end of a sentence, after an opening parenthesis), and `stdbuf`
+    /// too when they keep DPDK at its prompt (`interleave`).
+    pub(crate) fn with(
+        dpdk_missing: Option<&str>,
+        interleave: bool,
+        ours: PathBuf,
+    ) -> Result<Ctx, String> {
+        let dpdk = match dpdk_missing {
+            Some(what) => {
+                Some(find_in_path(DPDK).ok_or_else(|| format!("{DPDK} is not installed ({what}"))?)
+            }
+            None => None,
         };
-        let stdbuf = if plan.interleave && plan.uses_dpdk() {
+        let stdbuf = if interleave && dpdk.is_some() {
             Some(find_in_path(STDBUF).ok_or_else(|| {
                 format!("--interleave runs DPDK's testpmd under {STDBUF}, which is not installed (apt-get install coreutils)")
             })?)
@@ -85,12 +98,12 @@ impl Ctx {
     }
 
     /// The socket of the pair in `slot` (its variant's index when pairs run side by side).
-    fn sock(&self, slot: usize) -> PathBuf {
+    pub(crate) fn sock(&self, slot: usize) -> PathBuf {
         self.dir.join(format!("bench-{slot}.sock"))
     }
 
     /// The name of MEMNIC device `k`'s region (under /dev/shm) for the pair in `slot`.
-    fn shm_name(&self, slot: usize, k: usize) -> String {
+    pub(crate) fn shm_name(&self, slot: usize, k: usize) -> String {
         format!("{}-{slot}-{k}", self.shm)
     }
 
@@ -181,18 +194,39 @@ pub(crate) struct Pair {
     pub counter: Counter,
 }
 
-/// Our testpmd on `cpus` (one forwarding lcore each) with the ports `vdevs`, each with
-/// `queues` queue pairs; a scaling run also places each queue's rings and buffers on its lcore's
-/// node (`--ring-bind-lcpu`), as RSS-style scaling wants.
-struct Ours<'a> {
-    cpus: &'a [usize],
-    vdevs: Vec<String>,
-    queues: u16,
-    mode: &'a str,
-    size: u32,
+/// How a bench starts every side: what it adds to our ports, whether each queue's memory goes
+/// on its lcore's node (a scaling run), whether the sides wait at their prompts.
+pub(crate) struct Launch<'a> {
+    /// `--devargs`: added to every port of ours.
+    pub devargs: Option<&'a str>,
+    pub per_pair: bool,
+    pub interleave: bool,
 }
 
-fn ours(ctx: &Ctx, plan: &Plan, name: &str, o: Ours) -> Side {
+impl Plan {
+    fn launch(&self) -> Launch<'_> {
+        Launch {
+            devargs: self.devargs.as_deref(),
+            per_pair: self.per_pair,
+            interleave: self.interleave,
+        }
+    }
+}
+
+/// Our testpmd on `cpus` (one forwarding lcore each) with the ports `vdevs`, each with
+/// `queues` queue pairs, and the mode's own flags `extra`; a scaling run also places each
+/// queue's rings and buffers on its lcore's node (`--ring-bind-lcpu`), as RSS-style scaling
+/// wants.
+pub(crate) struct Ours<'a> {
+    pub cpus: &'a [usize],
+    pub vdevs: Vec<String>,
+    pub queues: u16,
+    pub mode: &'a str,
+    pub size: u32,
+    pub extra: &'a [&'a str],
+}
+
+pub(crate) fn ours(ctx: &Ctx, plan: &Launch, name: &str, o: Ours) -> Side {
     let mut args: Vec<String> = vec![
         "testpmd".into(),
         "-l".into(),
@@ -205,7 +239,7 @@ fn ours(ctx: &Ctx, plan: &Plan, name: &str, o: Ours) -> Side {
     }
     for v in o.vdevs {
         args.push("--vdev".into());
-        args.push(match &plan.devargs {
+        args.push(match plan.devargs {
             Some(extra) => format!("{v},{extra}"),
             None => v,
         });
@@ -218,6 +252,7 @@ fn ours(ctx: &Ctx, plan: &Plan, name: &str, o: Ours) -> Side {
         args.push("--ring-bind-lcpu".into());
     }
     args.extend(["--forward-mode", o.mode, "--txpkts", &o.size.to_string()].map(String::from));
+    args.extend(o.extra.iter().map(|s| s.to_string()));
     if plan.interleave {
         args.push("-i".into());
     } else {
@@ -237,20 +272,20 @@ fn ours(ctx: &Ctx, plan: &Plan, name: &str, o: Ours) -> Side {
 }
 
 /// DPDK's testpmd on `cpu` (main and forwarding lcore both there), as `peers/dpdk.md` runs it.
-struct Dpdk<'a> {
-    side: &'a str,
+pub(crate) struct Dpdk<'a> {
+    pub side: &'a str,
     /// The pair's slot (see [`Ctx::sock`]).
-    slot: usize,
-    cpu: usize,
-    mem: &'a str,
-    eal: &'a [&'a str],
-    vdev: String,
-    mode: &'a str,
-    size: u32,
-    app: &'a [&'a str],
+    pub slot: usize,
+    pub cpu: usize,
+    pub mem: &'a str,
+    pub eal: &'a [&'a str],
+    pub vdev: String,
+    pub mode: &'a str,
+    pub size: u32,
+    pub app: &'a [&'a str],
 }
 
-fn dpdk(ctx: &Ctx, plan: &Plan, name: &str, d: Dpdk) -> Side {
+pub(crate) fn dpdk(ctx: &Ctx, plan: &Launch, name: &str, d: Dpdk) -> Side {
     let dpdk = ctx.dpdk.clone().unwrap_or_else(|| DPDK.into());
     // At a prompt: under stdbuf, its stdout line-buffered.
     let (program, mut args) = match (&ctx.stdbuf, plan.interleave) {
@@ -313,7 +348,7 @@ fn memif_pair(
     let side = |imp: Impl, role: &str, cpus: &[usize], mode: &str| match imp {
         Impl::Memnic => ours(
             ctx,
-            plan,
+            &plan.launch(),
             &format!("memif {role}"),
             Ours {
                 cpus,
@@ -321,11 +356,12 @@ fn memif_pair(
                 queues,
                 mode,
                 size,
+                extra: &[],
             },
         ),
         Impl::Dpdk => dpdk(
             ctx,
-            plan,
+            &plan.launch(),
             &format!("memif {role}"),
             Dpdk {
                 side: role,
@@ -383,12 +419,13 @@ fn memnic_pair<'a>(
         queues: 1,
         mode,
         size,
+        extra: &[],
     };
     let host = side("host", &plan.sides.0, host_mode);
     let guest = side("guest", &plan.sides.1, guest_mode);
     Pair {
-        first: ours(ctx, plan, "MEMNIC host", host),
-        second: ours(ctx, plan, "MEMNIC guest", guest),
+        first: ours(ctx, &plan.launch(), "MEMNIC host", host),
+        second: ours(ctx, &plan.launch(), "MEMNIC guest", guest),
         measured_first: !host_sends,
         counter: Counter::Rx,
     }
@@ -412,7 +449,7 @@ fn vhost_pair(
     let first = match backend {
         Impl::Memnic => ours(
             ctx,
-            plan,
+            &plan.launch(),
             "vhost backend",
             Ours {
                 cpus: &[a],
@@ -420,11 +457,12 @@ fn vhost_pair(
                 queues: 1,
                 mode: backend_mode,
                 size,
+                extra: &[],
             },
         ),
         Impl::Dpdk => dpdk(
             ctx,
-            plan,
+            &plan.launch(),
             "net_vhost backend",
             Dpdk {
                 side: "backend",
@@ -442,7 +480,7 @@ fn vhost_pair(
     let packed = u8::from(ring == Ring::Packed);
     let second = dpdk(
         ctx,
-        plan,
+        &plan.launch(),
         "virtio-user frontend",
         Dpdk {
             side: "frontend",

@@ -339,6 +339,82 @@ fn poll_bench_tester_in_process() {
     );
 }
 
+/// `bench ping`: every transport through our reflector and memif through DPDK's, each row's
+/// percentiles in order, DPDK's row compared with ours.
+#[test]
+fn poll_bench_ping_round_trips_through_ours_and_dpdk_s_reflectors() {
+    let out = bench(
+        &[
+            "ping",
+            "--bursts",
+            "1,4",
+            "--sizes",
+            "64",
+            "--rounds",
+            "1",
+            "--seconds",
+            "1",
+            "--json",
+        ],
+        Duration::from_secs(180),
+    );
+    let json = json_of_bench(&out);
+    assert_eq!(json["bench"], "ping", "{json}");
+    let rows = json["rows"].as_array().expect("rows");
+    let cells: Vec<(u64, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["burst"].as_u64().unwrap(),
+                r["transport"].as_str().unwrap(),
+                r["reflector"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let mut want = vec![];
+    for burst in [1, 4] {
+        want.extend([
+            (burst, "memif", "memnic"),
+            (burst, "memif", "dpdk"),
+            (burst, "memnic", "memnic"),
+        ]);
+    }
+    assert_eq!(cells, want, "{json}");
+    for r in rows {
+        let us = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
+        assert!(r["round_trips"].as_u64().unwrap() > 10_000, "{r}");
+        assert!(
+            0.0 < us("min_us")
+                && us("min_us") <= us("p50_us")
+                && us("p50_us") <= us("p90_us")
+                && us("p90_us") <= us("p99_us")
+                && us("p99_us") <= us("p999_us")
+                && us("p999_us") <= us("max_us"),
+            "{r}"
+        );
+        if r["reflector"] == "memnic" {
+            // Our reflector sends every frame back (DPDK's may drop a burst as its link
+            // comes up: the row shows it).
+            assert_eq!(r["lost"], 0, "{r}");
+            assert!(r["p50_over_ours"].is_null(), "{r}");
+        } else {
+            let ours = rows
+                .iter()
+                .find(|o| {
+                    o["burst"] == r["burst"]
+                        && o["reflector"] == "memnic"
+                        && o["transport"] == "memif"
+                })
+                .unwrap();
+            let want = us("p50_us") / ours["p50_us"].as_f64().unwrap();
+            assert!(
+                (r["p50_over_ours"].as_f64().unwrap() - want).abs() < 1e-9,
+                "{r}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_flags_are_one_sentence_and_exit_2() {
     for args in [
@@ -347,6 +423,8 @@ fn bad_flags_are_one_sentence_and_exit_2() {
         &["memif", "--peer", "vpp"],
         &["memnic", "--cpus", "0,0"],
         &["vhost", "--rings", "round"],
+        &["ping", "--bursts", "64"],
+        &["ping", "--transports", "memnic", "--reflectors", "dpdk"],
     ] {
         let mut full = vec!["bench"];
         full.extend_from_slice(args);
