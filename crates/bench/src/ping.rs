@@ -157,6 +157,7 @@ fn plan(a: PingArgs, allowed: &[usize]) -> Result<PingPlan, String> {
 struct Trips {
     count: u64,
     lost: u64,
+    stale: u64,
     min: f64,
     p50: f64,
     p90: f64,
@@ -178,6 +179,7 @@ fn trips_of(json: &str) -> Result<Trips, String> {
     Ok(Trips {
         count: n("count")?,
         lost: n("lost")?,
+        stale: n("stale")?,
         min: us("min_ns")?,
         p50: us("p50_ns")?,
         p90: us("p90_ns")?,
@@ -286,9 +288,11 @@ struct Row {
     transport: &'static str,
     reflector: &'static str,
     runs: usize,
-    /// Round trips in all runs, and frames lost.
+    /// Round trips in all runs; frames lost (not back within 100 ms of their burst), and
+    /// stale (back after that, duplicated, or not ours).
     round_trips: u64,
     lost: u64,
+    stale: u64,
     /// Each the median over the runs of that run's figure, microseconds.
     min_us: f64,
     p50_us: f64,
@@ -322,6 +326,7 @@ fn rows(p: &PingPlan, res: &[Vec<Vec<Vec<Trips>>>]) -> Vec<Row> {
                     runs: runs.len(),
                     round_trips: runs.iter().map(|t| t.count).sum(),
                     lost: runs.iter().map(|t| t.lost).sum(),
+                    stale: runs.iter().map(|t| t.stale).sum(),
                     min_us: median(runs, |t| t.min),
                     p50_us: median(runs, |t| t.p50),
                     p90_us: median(runs, |t| t.p90),
@@ -362,13 +367,13 @@ fn table(p: &PingPlan, rows: &[Row]) -> String {
     );
     let _ = writeln!(
         s,
-        " size burst  transport reflector      p50      p90      p99    p99.9      min       max  round trips  lost  p50/ours"
+        " size burst  transport reflector      p50      p90      p99    p99.9      min       max  round trips  lost stale  p50/ours"
     );
-    let _ = writeln!(s, "{}", "-".repeat(112));
+    let _ = writeln!(s, "{}", "-".repeat(118));
     for r in rows {
         let _ = writeln!(
             s,
-            "{:>5} {:>5}  {:<9} {:<9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>12} {:>5}  {}",
+            "{:>5} {:>5}  {:<9} {:<9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>12} {:>5} {:>5}  {}",
             r.size,
             r.burst,
             r.transport,
@@ -381,6 +386,7 @@ fn table(p: &PingPlan, rows: &[Row]) -> String {
             r.max_us,
             r.round_trips,
             r.lost,
+            r.stale,
             r.p50_over_ours
                 .map_or(String::new(), |x| format!("{x:.2}"))
         );
@@ -491,6 +497,7 @@ mod tests {
         let t = |p50: f64, lost: u64| Trips {
             count: 100,
             lost,
+            stale: lost,
             min: p50 / 2.0,
             p50,
             p90: p50 * 1.5,
@@ -508,7 +515,10 @@ mod tests {
         let (ours, dpdk) = (&rows[0], &rows[1]);
         assert_eq!((ours.reflector, dpdk.reflector), ("memnic", "dpdk"));
         assert_eq!((ours.p50_us, ours.p99_us, ours.max_us), (2.0, 4.0, 30.0));
-        assert_eq!((ours.runs, ours.round_trips, ours.lost), (3, 300, 1));
+        assert_eq!(
+            (ours.runs, ours.round_trips, ours.lost, ours.stale),
+            (3, 300, 1, 1)
+        );
         assert_eq!(ours.p50_over_ours, None);
         assert_eq!(dpdk.p50_over_ours, Some(2.0));
         let text = table(&p, &rows);
@@ -520,7 +530,7 @@ mod tests {
     fn the_pinger_s_report_is_read_in_microseconds() {
         let j = r#"{"mode":"ping","round_trips":{"count":7,"sent":8,"lost":1,"stale":0,"min_ns":500,"mean_ns":900,"p50_ns":800,"p90_ns":1000,"p99_ns":2000,"p999_ns":3000,"max_ns":4000}}"#;
         let t = trips_of(j).unwrap();
-        assert_eq!((t.count, t.lost), (7, 1));
+        assert_eq!((t.count, t.lost, t.stale), (7, 1, 0));
         assert_eq!((t.min, t.p50, t.p999, t.max), (0.5, 0.8, 3.0, 4.0));
         let e = trips_of(r#"{"mode":"ping"}"#).unwrap_err();
         assert!(e.contains("round_trips.count"), "{e}");
