@@ -160,7 +160,10 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
             ("tx_streamed_packets", 0),
             ("tx_stream_switches", 0),
             ("tx_shared_ahead_packets", 0),
-            ("tx_ahead_switches", 0)
+            ("tx_ahead_switches", 0),
+            // The harness's ports poll without hold-off.
+            ("rx_holdoffs", 0),
+            ("rx_holdoffs_unpaid", 0)
         ]
     );
     let short = (0..nq as u64)
@@ -175,7 +178,9 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
             ("tx_streamed_packets", short),
             ("tx_stream_switches", 0),
             ("tx_shared_ahead_packets", N * nq as u64),
-            ("tx_ahead_switches", 0)
+            ("tx_ahead_switches", 0),
+            ("rx_holdoffs", 0),
+            ("rx_holdoffs_unpaid", 0)
         ]
     );
     drop(server);
