@@ -215,20 +215,24 @@ fn run(ctx: &Ctx, p: &PingPlan, v: Variant, burst: usize, size: u32) -> Result<T
             )
         }
     };
-    let reflector = match v.reflector {
-        Impl::Memnic => runs::ours(
+    // Our testpmd on `cpu` with the one port `vdev`.
+    let our_side = |name: &str, cpu: &usize, vdev: String, mode, extra| {
+        runs::ours(
             ctx,
             &launch,
-            &format!("{} reflector", v.transport_name()),
+            &format!("{} {name}", v.transport_name()),
             Ours {
-                cpus: &[a],
-                vdevs: vec![reflector_vdev],
+                cpus: std::slice::from_ref(cpu),
+                vdevs: vec![vdev],
                 queues: 1,
-                mode: "macswap",
+                mode,
                 size,
-                extra: &[],
+                extra,
             },
-        ),
+        )
+    };
+    let reflector = match v.reflector {
+        Impl::Memnic => our_side("reflector", &a, reflector_vdev, "macswap", &[]),
         Impl::Dpdk => runs::dpdk(
             ctx,
             &launch,
@@ -246,19 +250,7 @@ fn run(ctx: &Ctx, p: &PingPlan, v: Variant, burst: usize, size: u32) -> Result<T
             },
         ),
     };
-    let pinger = runs::ours(
-        ctx,
-        &launch,
-        &format!("{} pinger", v.transport_name()),
-        Ours {
-            cpus: &[b],
-            vdevs: vec![pinger_vdev],
-            queues: 1,
-            mode: "ping",
-            size,
-            extra: &ping_flags,
-        },
-    );
+    let pinger = our_side("pinger", &b, pinger_vdev, "ping", &ping_flags);
     ctx.remove_files();
     let reflecting = reflector.spawn(ctx)?;
     let result = reflecting

@@ -22,8 +22,14 @@ fn count(v: &serde_json::Value, k: &str) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("{k} missing"))
 }
 
-/// Checks the pinger's JSON (`ping`) and the reflector's (`reflector`).
-fn assert_pinged(ping: &serde_json::Value, reflector: &serde_json::Value, what: &str) {
+/// Checks how the pinger (`p`) and the reflector (`r`) ended, and their JSON.
+fn assert_pinged(p: &std::process::Output, r: &std::process::Output, what: &str) {
+    assert!(
+        p.status.success() && r.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&p.stderr)
+    );
+    let (ping, reflector) = (&json_of(p), &json_of(r));
     let r = &ping["round_trips"];
     for (k, want) in [
         ("sent", FRAMES),
@@ -88,12 +94,7 @@ fn poll_ping_through_a_memif_reflector_every_frame_back_and_timed() {
     let n = FRAMES.to_string();
     let p = common::spawn(&ping_args("1", &cdev, &n)).wait(Duration::from_secs(40));
     let r = reflector.wait(Duration::from_secs(40));
-    assert!(
-        p.status.success() && r.status.success(),
-        "{}",
-        String::from_utf8_lossy(&p.stderr)
-    );
-    assert_pinged(&json_of(&p), &json_of(&r), "memif");
+    assert_pinged(&p, &r, "memif");
     let _ = std::fs::remove_file(&sock);
 }
 
@@ -109,10 +110,5 @@ fn poll_ping_through_a_memnic_reflector_every_frame_back_and_timed() {
     let reflector = common::testpmd(0, &dev("guest"), "macswap", &["--duration", "8", "--json"]);
     let p = pinger.wait(Duration::from_secs(40));
     let r = reflector.wait(Duration::from_secs(40));
-    assert!(
-        p.status.success() && r.status.success(),
-        "{}",
-        String::from_utf8_lossy(&p.stderr)
-    );
-    assert_pinged(&json_of(&p), &json_of(&r), "MEMNIC");
+    assert_pinged(&p, &r, "MEMNIC");
 }

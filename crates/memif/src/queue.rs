@@ -337,7 +337,7 @@ impl MemifRxQueue {
         pkts: &mut Vec<Mbuf>,
         max: usize,
         flush: bool,
-    ) -> Result<usize, DataError> {
+    ) -> Result<(usize, bool), DataError> {
         let QueueCore {
             conn,
             seen,
@@ -349,7 +349,7 @@ impl MemifRxQueue {
         let ring = &c.ring;
         let win = Window::server(ring.head(), *seen, ring.size())?;
         if win.avail == 0 {
-            return Ok(0); // the common idle poll: touch nothing else
+            return Ok((0, false)); // the common idle poll: touch nothing else
         }
         let start = pkts.len();
         let mut src = FromRegions {
@@ -365,7 +365,7 @@ impl MemifRxQueue {
         }
         let n = pkts.len() - start;
         stats.packets += n as u64;
-        Ok(n)
+        Ok((n, used < win.avail))
     }
 
     /// Client: take frames the server wrote into our S2C slots, then refill the ring.
@@ -374,7 +374,7 @@ impl MemifRxQueue {
         pkts: &mut Vec<Mbuf>,
         max: usize,
         flush: bool,
-    ) -> Result<usize, DataError> {
+    ) -> Result<(usize, bool), DataError> {
         let QueueCore {
             conn,
             own,
@@ -414,7 +414,7 @@ impl MemifRxQueue {
         }
         let n = pkts.len() - start;
         stats.packets += n as u64;
-        Ok(n)
+        Ok((n, used < win.avail))
     }
 
     /// Client, at connect: post the whole S2C ring before the server can send, so frames it
@@ -498,21 +498,22 @@ impl RxQueue for MemifRxQueue {
         let res = match self.core.conn.as_ref().map(|c| c.role) {
             Some(Role::Server) => Self::rx_server(&mut self.core, pkts, max, flush),
             Some(Role::Client) => Self::rx_client(&mut self.core, pkts, max, flush),
-            None => Ok(0),
+            None => Ok((0, false)),
         };
-        let n = res.unwrap_or_else(|e| {
+        // And whether frames were left in the ring: more than the poll could take.
+        let (n, left) = res.unwrap_or_else(|e| {
             // Frames taken before the violation came from a ring we no longer trust.
             for m in pkts.drain(start..) {
                 self.core.cache.free(m);
             }
             self.core.protocol_error(e);
-            0
+            (0, false)
         });
         if copies {
             self.flush.polled(n as u16);
             self.flush.record(&mut self.core.stats);
         }
-        self.hold.polled(n, max);
+        self.hold.polled(n, left);
         self.hold.record(&mut self.core.stats);
         self.core.exit();
         n

@@ -99,7 +99,11 @@ pub(crate) fn receive(
         }
         n += 1;
     }
-    hold.polled(n, max);
+    // Whether more waited than this poll could take: the slot past the last one it may take is
+    // looked at only when that judges a hold (it is the line the sender may be writing).
+    let left =
+        n == max && hold.judging() && slot::is_filled(region.u32(slot_off(dir, first + max)));
+    hold.polled(n, left);
     hold.record(st);
     if n == 0 {
         tuner.polled(0);
