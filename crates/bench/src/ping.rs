@@ -1,7 +1,7 @@
 //! `memnic bench ping`: round trips through a reflector. Our testpmd pings
 //! (`--forward-mode=ping`: a burst of numbered frames out, the next once all are back, each
 //! frame's round trip timed) and a reflector sends every frame back (`macswap`): ours, or DPDK's
-//! testpmd on memif. Runs alternate the reflectors over the rounds; each run's percentiles
+//! testpmd on memif; over vhost-user our backend pings and DPDK's virtio-user reflects. Runs alternate the reflectors over the rounds; each run's percentiles
 //! come from the pinger's own histogram (`--json`), and the table gives their median over the
 //! rounds.
 
@@ -18,16 +18,17 @@ const MAX_BURST: usize = 32;
 #[derive(clap::Args, Debug)]
 pub struct PingArgs {
     /// Transports, comma-separated: memif (our client pings, the server reflects), memnic (our
-    /// MEMNIC guest pings, the host reflects)
+    /// MEMNIC guest pings, the host reflects), vhost (our vhost-user backend pings, DPDK's
+    /// virtio-user reflects)
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "memif,memnic"
+        default_value = "memif,memnic,vhost"
     )]
     transports: Vec<Transport>,
-    /// Reflectors, comma-separated: memnic (our testpmd), dpdk (DPDK's testpmd; memif only:
-    /// DPDK 22.11 has no MEMNIC driver)
+    /// Reflectors, comma-separated: memnic (our testpmd: memif, MEMNIC), dpdk (DPDK's testpmd:
+    /// memif, and virtio-user over vhost; DPDK 22.11 has no MEMNIC driver)
     #[arg(long, value_enum, value_delimiter = ',', default_value = "memnic,dpdk")]
     reflectors: Vec<Reflector>,
     /// Frames per ping, comma-separated (1 to 32): the next burst goes once all are back
@@ -58,6 +59,7 @@ pub struct PingArgs {
 pub enum Transport {
     Memif,
     Memnic,
+    Vhost,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +80,7 @@ impl Variant {
         match self.transport {
             Transport::Memif => "memif",
             Transport::Memnic => "memnic",
+            Transport::Vhost => "vhost",
         }
     }
 }
@@ -105,8 +108,13 @@ fn plan(a: PingArgs, allowed: &[usize]) -> Result<PingPlan, String> {
                 Reflector::Memnic => Impl::Memnic,
                 Reflector::Dpdk => Impl::Dpdk,
             };
-            // DPDK 22.11 has no MEMNIC driver: nothing of DPDK's to reflect over MEMNIC.
-            if transport == Transport::Memnic && reflector == Impl::Dpdk {
+            // DPDK 22.11 has no MEMNIC driver, and we have no virtio frontend.
+            let none = match transport {
+                Transport::Memif => false,
+                Transport::Memnic => reflector == Impl::Dpdk,
+                Transport::Vhost => reflector == Impl::Memnic,
+            };
+            if none {
                 continue;
             }
             let v = Variant {
@@ -119,7 +127,7 @@ fn plan(a: PingArgs, allowed: &[usize]) -> Result<PingPlan, String> {
         }
     }
     if variants.is_empty() {
-        return Err("--reflectors dpdk reflects over memif only (DPDK 22.11 has no MEMNIC driver): add --transports memif or --reflectors memnic".into());
+        return Err("no reflector for these transports: ours reflects over memif and memnic, DPDK's over memif and vhost (DPDK 22.11 has no MEMNIC driver, and we have no virtio frontend)".into());
     }
     let mut bursts = a.bursts;
     if let Some(bad) = bursts.iter().find(|b| !(1..=MAX_BURST).contains(*b)) {
@@ -189,7 +197,8 @@ fn trips_of(json: &str) -> Result<Trips, String> {
     })
 }
 
-/// One run: the reflector started (and ready), then the pinger for `--seconds`; its report.
+/// One run: the listening side started (and ready), then the other; the pinger pings for
+/// `--seconds`; its report.
 fn run(ctx: &Ctx, p: &PingPlan, v: Variant, burst: usize, size: u32) -> Result<Trips, String> {
     let launch = Launch {
         devargs: p.devargs.as_deref(),
@@ -197,7 +206,15 @@ fn run(ctx: &Ctx, p: &PingPlan, v: Variant, burst: usize, size: u32) -> Result<T
         interleave: false,
     };
     let (a, b) = p.cpus;
-    let (burst_s, secs_s) = (burst.to_string(), p.seconds.to_string());
+    // Our vhost-user backend pings from its start, before DPDK's virtio-user (about a second
+    // to start here) has connected: it gets that much longer.
+    let secs = p.seconds
+        + if v.transport == Transport::Vhost {
+            3
+        } else {
+            0
+        };
+    let (burst_s, secs_s) = (burst.to_string(), secs.to_string());
     let ping_flags = ["--burst", &burst_s, "--duration", &secs_s, "--json"];
     let (reflector_vdev, pinger_vdev) = match v.transport {
         Transport::Memif => {
@@ -212,6 +229,13 @@ fn run(ctx: &Ctx, p: &PingPlan, v: Variant, burst: usize, size: u32) -> Result<T
             (
                 format!("memnic0,path={path},role=host"),
                 format!("memnic0,path={path},role=guest"),
+            )
+        }
+        Transport::Vhost => {
+            let sock = ctx.sock(0).display().to_string();
+            (
+                format!("net_virtio_user0,path={sock},queues=1"),
+                format!("vhost0,iface={sock}"),
             )
         }
     };
@@ -231,9 +255,25 @@ fn run(ctx: &Ctx, p: &PingPlan, v: Variant, burst: usize, size: u32) -> Result<T
             },
         )
     };
-    let reflector = match v.reflector {
-        Impl::Memnic => our_side("reflector", &a, reflector_vdev, "macswap", &[]),
-        Impl::Dpdk => runs::dpdk(
+    let reflector = match (v.reflector, v.transport) {
+        (Impl::Memnic, _) => our_side("reflector", &a, reflector_vdev, "macswap", &[]),
+        (Impl::Dpdk, Transport::Vhost) => runs::dpdk(
+            ctx,
+            &launch,
+            "virtio-user reflector",
+            Dpdk {
+                side: "frontend",
+                slot: 0,
+                cpu: a,
+                mem: "1024",
+                eal: &["--single-file-segments"],
+                vdev: reflector_vdev,
+                mode: "macswap",
+                size,
+                app: &["--no-flush-rx"],
+            },
+        ),
+        (Impl::Dpdk, _) => runs::dpdk(
             ctx,
             &launch,
             "memif reflector",
@@ -251,23 +291,32 @@ fn run(ctx: &Ctx, p: &PingPlan, v: Variant, burst: usize, size: u32) -> Result<T
         ),
     };
     let pinger = our_side("pinger", &b, pinger_vdev, "ping", &ping_flags);
+    // The side that listens starts first: a memif server or MEMNIC host (the reflector), our
+    // vhost-user backend (the pinger).
+    let pinger_first = v.transport == Transport::Vhost;
+    let (first, second) = if pinger_first {
+        (&pinger, &reflector)
+    } else {
+        (&reflector, &pinger)
+    };
     ctx.remove_files();
-    let reflecting = reflector.spawn(ctx)?;
-    let result = reflecting
+    let started = first.spawn(ctx)?;
+    let result = started
         .wait_for("start its port", runs::START_LIMIT, |s| s.ready)
         .and_then(|()| {
-            let pinging = pinger.spawn(ctx)?;
+            let other = second.spawn(ctx)?;
+            let pinging = if pinger_first { &started } else { &other };
             let done = pinging.wait_for(
                 "report its round trips",
-                runs::START_LIMIT + Duration::from_secs(p.seconds),
+                runs::START_LIMIT + Duration::from_secs(secs),
                 |s| s.json.is_some(),
             );
             let json = pinging.seen(|s| s.json.clone());
-            pinging.stop(runs::STOP_LIMIT);
+            other.stop(runs::STOP_LIMIT);
             done?;
             trips_of(&json.unwrap_or_default())
         });
-    reflecting.stop(runs::STOP_LIMIT);
+    started.stop(runs::STOP_LIMIT);
     ctx.remove_files();
     result
 }
@@ -459,14 +508,23 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            [("memif", "memnic"), ("memif", "dpdk"), ("memnic", "memnic")]
+            [
+                ("memif", "memnic"),
+                ("memif", "dpdk"),
+                ("memnic", "memnic"),
+                ("vhost", "dpdk")
+            ]
         );
         assert_eq!(
             (p.bursts, p.sizes, p.cpus),
             (vec![1, 4, 32], vec![64, 1518], (0, 1))
         );
         for (line, says) in [
-            ("--transports memnic --reflectors dpdk", "memif only"),
+            ("--transports memnic --reflectors dpdk", "no reflector"),
+            (
+                "--transports vhost --reflectors memnic",
+                "no virtio frontend",
+            ),
             ("--bursts 0", "--bursts: 0 is outside 1..=32"),
             ("--bursts 33", "--bursts: 33"),
             ("--sizes 59", "--sizes: 59"),
