@@ -276,7 +276,9 @@ impl Stream {
         if cfg.verify {
             for m in &self.pkts {
                 match m.frame_slice() {
-                    Some(f) => self.verifier.check(f),
+                    Some(f) => {
+                        self.verifier.check(f);
+                    }
                     None => {
                         // Peer-visible, external or chained: check a private copy.
                         self.scratch.resize(m.len(), 0);
@@ -395,8 +397,7 @@ impl Stream {
                         &self.scratch[..]
                     }
                 };
-                self.verifier.check(f);
-                match pkt::read_payload(f) {
+                match self.verifier.check(f) {
                     Some(p) if (p.flow, p.session) == (self.flow, self.session) => {
                         self.pinger.returned(p.seq, now)
                     }

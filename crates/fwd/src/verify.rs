@@ -5,7 +5,7 @@
 //! instead of overflowing, and a verifier tracks a fixed number of flows (a table sized when it
 //! is built; frames of other flow ids are counted, never tracked).
 
-use crate::pkt::read_payload;
+use crate::pkt::{read_payload, Payload};
 
 /// Flows a [`Verifier::new`] tracks: the flow id our generator writes is its stream's index, and
 /// one engine runs far fewer streams than this. Frames of a flow id at or past the cap are
@@ -86,17 +86,18 @@ impl Verifier {
         }
     }
 
-    /// Checks one received frame.
-    pub fn check(&mut self, frame: &[u8]) {
+    /// Checks one received frame; returns what its payload says when it is intact (whatever
+    /// the counts made of it), so a caller needs no second read.
+    pub fn check(&mut self, frame: &[u8]) -> Option<Payload> {
         let c = &mut self.counts;
         let Some(p) = read_payload(frame) else {
             c.corrupted = c.corrupted.saturating_add(1);
-            return;
+            return None;
         };
         let Some(f) = self.flows.get_mut(p.flow as usize) else {
             c.unknown_flows = c.unknown_flows.saturating_add(1);
             c.corrupted = c.corrupted.saturating_add(1);
-            return;
+            return Some(p);
         };
         if f.window == 0 || f.session != p.session {
             // A new sender (or a restarted one): it starts at 0, so the numbers below this one
@@ -108,7 +109,7 @@ impl Verifier {
             };
             c.lost = c.lost.saturating_add(p.seq);
             c.good = c.good.saturating_add(1);
-            return;
+            return Some(p);
         }
         if p.seq > f.top {
             // `ahead` ≥ 1; the `ahead - 1` numbers in between were not seen (yet).
@@ -121,7 +122,7 @@ impl Verifier {
             };
             f.top = p.seq;
             c.good = c.good.saturating_add(1);
-            return;
+            return Some(p);
         }
         let back = f.top - p.seq;
         if back < 64 && f.window & (1 << back) != 0 {
@@ -134,6 +135,7 @@ impl Verifier {
                 f.window |= 1 << back;
             }
         }
+        Some(p)
     }
 }
 
