@@ -193,6 +193,15 @@ pub trait Port: Send {
     /// Control-path work the control thread does between stats ticks (for example serving a
     /// peer's reset request when no lcore polls the queue that would). Never on the data path.
     fn service(&mut self) {}
+    /// How soon the control thread must call [`Port::service`] again, at the latest (it may
+    /// call sooner, when another port asks to be served); `None` (the default, as `service`
+    /// does nothing by default): never for this port's sake. A port that is up should ask
+    /// seldom: the control thread shares the CPUs with polling lcores, and each time it wakes
+    /// it takes one of them from its lcore for a while, which shows in the tail of the round
+    /// trips those lcores forward.
+    fn service_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// The shared memory behind queue `q` (`rx` or tx): (region, offset, length) ranges, so the
     /// caller can place them on a NUMA node. Empty when the driver has none of its own.
     fn queue_memory(&self, _rx: bool, _q: u16) -> Vec<QueueMemory> {

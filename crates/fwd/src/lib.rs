@@ -463,6 +463,15 @@ impl Engine {
         }
     }
 
+    /// How soon [`Engine::service`] must run again: the shortest of the ports'
+    /// [`Port::service_interval`]s, `None` when no port asks.
+    pub fn service_interval(&self) -> Option<std::time::Duration> {
+        self.ports
+            .iter()
+            .filter_map(|p| p.port.service_interval())
+            .min()
+    }
+
     /// Per-stream counters since the last clear, in stream order.
     pub fn stream_counters(&self) -> Vec<(StreamSpec, StreamCounters)> {
         self.cells

@@ -91,6 +91,9 @@ impl Port for TestPort {
         self.serviced.fetch_add(1, SeqCst);
         self.stuck.store(false, SeqCst);
     }
+    fn service_interval(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_millis(5))
+    }
 }
 
 /// An engine running `mode` on one stream of `port` (rx and tx queue 0) on lcore CPU 0.

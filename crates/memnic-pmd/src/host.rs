@@ -204,6 +204,13 @@ struct HostShared {
 /// 490 sweeps (about 1% of it).
 pub const RESET_INTERVAL: Duration = Duration::from_millis(1);
 
+/// How soon the control thread serves a host port again while its guest is up: a reset the
+/// guest asks for while no lcore polls the rx queue (txonly), or a shrunk region, waits that
+/// long at most (the guest waits seconds for a reset).
+const UP_SERVICE: Duration = Duration::from_millis(50);
+/// While the guest is not up.
+const DOWN_SERVICE: Duration = Duration::from_millis(5);
+
 #[repr(align(64))]
 struct HeadLine(AtomicU32);
 
@@ -425,6 +432,16 @@ impl Port for HostPort {
         if reset_requested(&self.shared.region) {
             self.shared.serve(None);
         }
+    }
+
+    /// Every few milliseconds while the guest is not up (its first reset waits for it when no
+    /// lcore polls the rx queue); every [`UP_SERVICE`] once it is.
+    fn service_interval(&self) -> Option<Duration> {
+        Some(if self.link().up {
+            UP_SERVICE
+        } else {
+            DOWN_SERVICE
+        })
     }
 
     fn queue_memory(&self, rx: bool, q: u16) -> Vec<QueueMemory> {

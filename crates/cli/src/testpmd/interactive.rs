@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use memnic_fwd::{report, FwdMode};
 
@@ -75,8 +75,12 @@ pub fn run(
         std::thread::spawn(move || {
             // Relaxed: plain flags.
             while !done.load(Relaxed) && !stop.load(Relaxed) {
-                s.lock().unwrap_or_else(|p| p.into_inner()).engine.service();
-                std::thread::sleep(Duration::from_millis(5));
+                let sleep = {
+                    let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                    g.engine.service();
+                    super::control_sleep(&g.engine)
+                };
+                std::thread::sleep(sleep);
             }
         })
     };

@@ -571,9 +571,21 @@ pub fn main(a: Args) -> Result<(), String> {
         .line("Press Ctrl-C to stop forwarding (or wait for --duration).");
     let started = Instant::now();
     let mut next_stats = started + Duration::from_secs(a.stats_period.max(1));
+    let end = a.duration.map(|d| started + Duration::from_secs_f64(d));
     // Relaxed: set by the signal handler; nothing else is published with it.
     while !stop.load(Relaxed) {
-        std::thread::sleep(Duration::from_millis(5));
+        let now = Instant::now();
+        let mut wake = now + control_sleep(&s.engine);
+        if a.tx_count.is_some() || a.rx_count.is_some() {
+            wake = wake.min(now + COUNT_CHECK);
+        }
+        if a.stats_period > 0 {
+            wake = wake.min(next_stats);
+        }
+        if let Some(end) = end {
+            wake = wake.min(end);
+        }
+        std::thread::sleep(wake.saturating_duration_since(now));
         s.engine.service();
         let now = Instant::now();
         if a.duration
@@ -592,6 +604,26 @@ pub fn main(a: Args) -> Result<(), String> {
         }
     }
     finish(&mut s, started.elapsed())
+}
+
+/// The longest the control thread sleeps between the ports' control work: how long Ctrl-C
+/// (and the prompt's `quit`) may wait for it.
+const LONGEST_SLEEP: Duration = Duration::from_millis(100);
+/// How often the control loop looks whether `--tx-count` / `--rx-count` are reached.
+const COUNT_CHECK: Duration = Duration::from_millis(5);
+
+/// How long the control thread may sleep before the ports' next control work: as long as the
+/// port in most need allows ([`memnic_fwd::Engine::service_interval`]: a few milliseconds
+/// while one connects, tens once all are up), at most [`LONGEST_SLEEP`].
+///
+/// The control thread shares the CPUs with the polling lcores, and every time it wakes it
+/// takes one from its lcore. Woken every 5 ms (before), our testpmd pinging through our memif
+/// reflector, 1518-B single frames: p99.9 11.5/12.9/12.7 us, against 7.8/7.8/8.1 us woken
+/// every 100 ms (p50 and p99 the same).
+pub(crate) fn control_sleep(engine: &Engine) -> Duration {
+    engine
+        .service_interval()
+        .map_or(LONGEST_SLEEP, |d| d.min(LONGEST_SLEEP))
 }
 
 /// Whether every stream has sent `tx` and received `rx` frames (false when neither is given).

@@ -141,6 +141,9 @@ pub const CLOSERS_BUSY: &str = "Busy: descriptors this user's peers sent have no
 pub const GREETINGS_BUSY: &str = "Busy: too many connections of this user await their INIT";
 /// How often the control path looks for jammed interrupt lines.
 const UNJAM_EVERY: Duration = Duration::from_millis(50);
+/// How soon `service` must run again while the port is not connected: accepting or connecting,
+/// and each handshake step, wait for it.
+const SETUP_SERVICE: Duration = Duration::from_millis(5);
 
 /// A live connection: the socket and what the queues use.
 struct Session {
@@ -610,6 +613,17 @@ impl Port for MemifPort {
         }
         self.pump();
         self.expire_handshake();
+    }
+
+    /// While the port connects, every few milliseconds (each handshake step waits for the
+    /// next `service`); once connected, when the jammed interrupt lines are next looked for
+    /// ([`UNJAM_EVERY`]): the peer's messages (a DISCONNECT, its leaving), another client on
+    /// our socket, a queue's `broken` and a shrunk region wait that long at most.
+    fn service_interval(&self) -> Option<Duration> {
+        Some(match self.phase {
+            Phase::Connected(_) => self.next_unjam.saturating_duration_since(Instant::now()),
+            _ => SETUP_SERVICE,
+        })
     }
 
     fn needs_own_shared_pool(&self) -> bool {
