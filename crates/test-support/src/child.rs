@@ -232,6 +232,18 @@ impl Child {
         Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
     }
 
+    /// How many times the child's main thread has gone to sleep so far (its voluntary context
+    /// switches, from /proc): for testpmd, the control thread's wake-ups.
+    pub fn main_thread_sleeps(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in /proc/{}/status", self.pid()))
+    }
+
     /// Whether the child has exited (it is reaped if so).
     pub fn exited(&mut self) -> bool {
         self.try_status().is_some()
