@@ -202,6 +202,13 @@ pub trait Port: Send {
     fn service_interval(&self) -> Option<std::time::Duration> {
         None
     }
+    /// The descriptors whose having something to read (or hanging up) means [`Port::service`]
+    /// has work now: a control connection, a listening socket. The control thread sleeps on
+    /// them until [`Port::service_interval`] passes, and serves the ports as soon as one has
+    /// something. None by default.
+    fn control_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        Vec::new()
+    }
     /// The shared memory behind queue `q` (`rx` or tx): (region, offset, length) ranges, so the
     /// caller can place them on a NUMA node. Empty when the driver has none of its own.
     fn queue_memory(&self, _rx: bool, _q: u16) -> Vec<QueueMemory> {

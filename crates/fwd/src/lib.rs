@@ -135,6 +135,20 @@ pub fn peer_port(p: u16, nb_ports: u16, topo: Topology) -> u16 {
     }
 }
 
+/// Waits until one of `fds` has something to read (or hung up) or `timeout` passes: the
+/// control thread's sleep between the ports' control work. A poll that fails sleeps the whole
+/// `timeout` instead (never a busy loop).
+pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: std::time::Duration) {
+    use memnic_shm::unix::{poll, PollFd};
+    if fds.is_empty() {
+        return std::thread::sleep(timeout);
+    }
+    let mut set: Vec<PollFd<'_>> = fds.iter().map(|&fd| PollFd::readable(fd)).collect();
+    if poll(&mut set, Some(timeout)).is_err() {
+        std::thread::sleep(timeout);
+    }
+}
+
 /// Streams as testpmd builds them: for each port, for each rx queue, rx (port, q) → tx (peer, q).
 pub fn plan_streams(nb_ports: u16, nb_queues: u16, topo: Topology) -> Vec<StreamSpec> {
     let mut v = Vec::new();
@@ -472,6 +486,20 @@ impl Engine {
             .min()
     }
 
+    /// Every port's control descriptors ([`Port::control_fds`]).
+    pub fn control_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.ports
+            .iter()
+            .flat_map(|p| p.port.control_fds())
+            .collect()
+    }
+
+    /// Waits until a port's control descriptor has something or `timeout` passes (then
+    /// [`Engine::service`] has work, or it is due).
+    pub fn wait_control(&self, timeout: std::time::Duration) {
+        wait_readable(&self.control_fds(), timeout);
+    }
+
     /// Per-stream counters since the last clear, in stream order.
     pub fn stream_counters(&self) -> Vec<(StreamSpec, StreamCounters)> {
         self.cells
@@ -552,6 +580,40 @@ fn lcore_main(
         s.drain();
     }
     streams
+}
+
+#[cfg(test)]
+mod wait_tests {
+    use std::os::fd::AsFd;
+    use std::time::{Duration, Instant};
+
+    /// The control thread's sleep ends when a descriptor has something, and lasts the whole
+    /// timeout when none has.
+    #[test]
+    fn wait_readable_ends_early_only_when_a_descriptor_is_readable() {
+        let e = std::sync::Arc::new(memnic_shm::unix::EventFd::new().unwrap());
+        let t = Instant::now();
+        super::wait_readable(&[e.as_fd()], Duration::from_millis(60));
+        assert!(
+            t.elapsed() >= Duration::from_millis(60),
+            "{:?}",
+            t.elapsed()
+        );
+        let notifier = {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                e.notify().unwrap();
+            })
+        };
+        let t = Instant::now();
+        super::wait_readable(&[e.as_fd()], Duration::from_secs(10));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        notifier.join().unwrap();
+        let t = Instant::now();
+        super::wait_readable(&[], Duration::from_millis(30));
+        assert!(t.elapsed() >= Duration::from_millis(30));
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,64 @@ fn handshake_connects_both_sides() {
     let _ = std::fs::remove_file(&sock);
 }
 
+/// The control thread can sleep on the port: a server waiting for a client offers its
+/// listening socket and asks to be served every few milliseconds; once connected, both offer
+/// the connection and ask seldom (the next look for jammed interrupt lines), and the peer's
+/// leaving makes the connection readable at once, well before that.
+#[test]
+fn control_descriptors_wake_the_control_thread_when_the_peer_leaves() {
+    use memnic_shm::unix::{poll, PollFd};
+    let sock = format!("/tmp/memif-test-fds-{}.sock", std::process::id());
+    let mut server = MemifPort::new("s", MemifConfig::new(Role::Server, &sock)).unwrap();
+    let mut client = MemifPort::new("c", MemifConfig::new(Role::Client, &sock)).unwrap();
+    assert_eq!(server.control_fds().len(), 1, "the listening socket");
+    assert_eq!(server.service_interval(), Some(Duration::from_millis(5)));
+    assert_eq!(client.service_interval(), Some(Duration::from_millis(5)));
+    let p = pool();
+    let _srx = server.take_rx_queue(0, &p).unwrap();
+    let _stx = server.take_tx_queue(0, &p).unwrap();
+    let crx = client.take_rx_queue(0, &p).unwrap();
+    let ctx = client.take_tx_queue(0, &p).unwrap();
+    let mut server = connect(server, &mut client);
+    assert_eq!(
+        server.control_fds().len(),
+        2,
+        "the connection and the listening socket"
+    );
+    assert_eq!(client.control_fds().len(), 1, "the connection");
+    for port in [&server, &client] {
+        let every = port.service_interval().expect("asks");
+        assert!(
+            every > Duration::from_millis(5) && every <= Duration::from_millis(50),
+            "{every:?}"
+        );
+    }
+    // Nothing to read while the client stays.
+    let quiet = {
+        let fds = server.control_fds();
+        let mut set: Vec<PollFd<'_>> = fds.iter().map(|&fd| PollFd::readable(fd)).collect();
+        poll(&mut set, Some(Duration::from_millis(20))).unwrap()
+    };
+    assert_eq!(quiet, 0);
+    drop((crx, ctx));
+    drop(client);
+    let t = std::time::Instant::now();
+    let woke = {
+        let fds = server.control_fds();
+        let mut set: Vec<PollFd<'_>> = fds.iter().map(|&fd| PollFd::readable(fd)).collect();
+        poll(&mut set, Some(Duration::from_secs(5))).unwrap()
+    };
+    assert!(
+        woke > 0 && t.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        t.elapsed()
+    );
+    server.service();
+    assert!(!server.is_connected());
+    assert_eq!(server.control_fds().len(), 1, "listening again");
+    let _ = std::fs::remove_file(&sock);
+}
+
 /// Frame `seq` (the one payload format: memnic-fwd's, through memnic-test-support), any
 /// length from 60 bytes, chained over the pool's buffers when longer than one; the pool may be
 /// one a peer sees, so the frame is copied in.

@@ -1,10 +1,12 @@
 //! `memnic testpmd -i`: testpmd's prompt, with line editing and history.
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use memnic_fwd::{report, FwdMode};
+use memnic_shm::unix::EventFd;
 
 use super::{config_fwd, finish_prompt, Session};
 
@@ -70,17 +72,30 @@ pub fn run(
     let started = Instant::now();
     let s = Arc::new(Mutex::new(s));
     let done = Arc::new(AtomicBool::new(false));
+    // Ends the service thread's sleep after each command (which may have changed the ports),
+    // and at the end.
+    let waker = Arc::new(EventFd::new().map_err(|e| format!("cannot start the prompt: {e}"))?);
     let service = {
-        let (s, done, stop) = (s.clone(), done.clone(), stop.clone());
+        let (s, done, stop, waker) = (s.clone(), done.clone(), stop.clone(), waker.clone());
         std::thread::spawn(move || {
             // Relaxed: plain flags.
             while !done.load(Relaxed) && !stop.load(Relaxed) {
-                let sleep = {
+                // The ports' control descriptors, duplicated: the sleep is outside the lock.
+                let (sleep, fds) = {
                     let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
                     g.engine.service();
-                    super::control_sleep(&g.engine)
+                    let fds: Vec<OwnedFd> = g
+                        .engine
+                        .control_fds()
+                        .iter()
+                        .filter_map(|fd| fd.try_clone_to_owned().ok())
+                        .collect();
+                    (super::control_sleep(&g.engine), fds)
                 };
-                std::thread::sleep(sleep);
+                let mut on: Vec<BorrowedFd<'_>> = fds.iter().map(|fd| fd.as_fd()).collect();
+                on.push(waker.as_fd());
+                memnic_fwd::wait_readable(&on, sleep);
+                let _ = waker.drain();
             }
         })
     };
@@ -98,7 +113,10 @@ pub fn run(
             Ok(line) => {
                 let _ = rl.add_history_entry(line.as_str());
                 let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
-                if !command(&mut g, line.trim()) {
+                let go_on = command(&mut g, line.trim());
+                drop(g);
+                let _ = waker.notify();
+                if !go_on {
                     break;
                 }
             }
@@ -107,6 +125,7 @@ pub fn run(
         }
     }
     done.store(true, Relaxed);
+    let _ = waker.notify();
     let _ = service.join();
     let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
     finish_prompt(&mut g, started.elapsed())?;

@@ -585,7 +585,7 @@ pub fn main(a: Args) -> Result<(), String> {
         if let Some(end) = end {
             wake = wake.min(end);
         }
-        std::thread::sleep(wake.saturating_duration_since(now));
+        s.engine.wait_control(wake.saturating_duration_since(now));
         s.engine.service();
         let now = Instant::now();
         if a.duration
@@ -614,7 +614,9 @@ const COUNT_CHECK: Duration = Duration::from_millis(5);
 
 /// How long the control thread may sleep before the ports' next control work: as long as the
 /// port in most need allows ([`memnic_fwd::Engine::service_interval`]: a few milliseconds
-/// while one connects, tens once all are up), at most [`LONGEST_SLEEP`].
+/// while one connects, tens once all are up), at most [`LONGEST_SLEEP`]. It sleeps on the
+/// ports' control descriptors ([`memnic_fwd::Engine::wait_control`]), so a message from a
+/// peer is served when it comes.
 ///
 /// The control thread shares the CPUs with the polling lcores, and every time it wakes it
 /// takes one from its lcore. Woken every 5 ms (before), our testpmd pinging through our memif

@@ -22,7 +22,7 @@ mod server;
 pub use config::{MemifConfig, MemifError, DEVARGS_KEYS, MAX_QUEUES};
 
 use std::borrow::Cow;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{
     AtomicBool,
     Ordering::{Acquire, Relaxed, Release},
@@ -624,6 +624,24 @@ impl Port for MemifPort {
             Phase::Connected(_) => self.next_unjam.saturating_duration_since(Instant::now()),
             _ => SETUP_SERVICE,
         })
+    }
+
+    /// The listening socket (a server's: a client connecting, on any interface it serves) and
+    /// the connection to the peer (its handshake messages, a DISCONNECT, its leaving). A client
+    /// still connecting (on a helper thread) and clients greeted but not yet heard from wait
+    /// for the next [`Port::service_interval`].
+    fn control_fds(&self) -> Vec<BorrowedFd<'_>> {
+        let conn = match &self.phase {
+            Phase::AwaitHello { conn, .. } => Some(conn),
+            Phase::Handshake(h) => Some(&h.conn),
+            Phase::Connected(s) => s.conn.as_ref(),
+            Phase::Idle { .. } | Phase::Connecting { .. } | Phase::Listening => None,
+        };
+        let listener = self.listener.as_ref().map(|l| l.as_fd());
+        conn.map(|c| c.as_fd())
+            .into_iter()
+            .chain(listener)
+            .collect()
     }
 
     fn needs_own_shared_pool(&self) -> bool {
