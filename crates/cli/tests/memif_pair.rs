@@ -194,3 +194,35 @@ fn poll_connected_control_thread_wakes_seldom() {
     assert!(n(&json_of(&c), "tx_packets") > 10_000);
     let _ = std::fs::remove_file(&sock);
 }
+
+/// A client that keeps connecting and hanging up wakes the server's control thread each time
+/// (it sleeps on the listening socket), but the services stay 5 ms apart, so the flood cannot
+/// take a CPU from the lcores: the control thread's CPU time over 2 s of it is measured.
+#[test]
+fn poll_a_connect_flood_does_not_make_the_control_thread_spin() {
+    use memnic_shm::unix::{SeqpacketConn, SocketAddrSpec};
+    let sock = format!("/tmp/memnic-flood-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&sock);
+    let sdev = format!("memif0,role=server,socket={sock}");
+    let server = common::testpmd(0, &sdev, "rxonly", &["--duration", "6"]);
+    common::wait_for_path(&sock, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(500));
+    let addr = SocketAddrSpec::Path(sock.clone().into());
+    let before = server.main_thread_cpu_time();
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    let mut connects = 0u64;
+    while std::time::Instant::now() < until {
+        if SeqpacketConn::connect(&addr).is_ok() {
+            connects += 1;
+        }
+    }
+    let spent = server.main_thread_cpu_time() - before;
+    assert!(connects > 100, "only {connects} connections made");
+    assert!(
+        spent < Duration::from_millis(600),
+        "{connects} connections in 2 s took {spent:?} of the control thread"
+    );
+    let s = server.wait(Duration::from_secs(30));
+    assert!(s.status.success());
+    let _ = std::fs::remove_file(&sock);
+}

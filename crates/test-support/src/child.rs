@@ -220,16 +220,12 @@ impl Child {
 
     /// The child's CPU time so far (user + system), from /proc.
     pub fn cpu_time(&self) -> Duration {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
-        // Fields after the command name (which ends with ')'): utime is the 14th field overall.
-        // After it: state (field 3, a letter), then numbers; utime and stime are fields 14
-        // and 15, so the 12th and 13th tokens here (every token counted, the letter too).
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-        let ticks = field(11) + field(12);
-        Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+        stat_cpu_time(&format!("/proc/{}/stat", self.pid()))
+    }
+
+    /// The CPU time of the child's main thread so far (for testpmd: its control thread).
+    pub fn main_thread_cpu_time(&self) -> Duration {
+        stat_cpu_time(&format!("/proc/{0}/task/{0}/stat", self.pid()))
     }
 
     /// How many times the child's main thread has gone to sleep so far (its voluntary context
@@ -381,4 +377,18 @@ pub fn find_line(lines: &Mutex<Vec<String>>, prefix: &str) -> Option<String> {
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .find_map(|l| l.strip_prefix(prefix).map(|s| s.trim().to_string()))
+}
+
+/// User + system time from a /proc `stat` file (a process's or a thread's); zero when it is
+/// gone.
+fn stat_cpu_time(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    // Fields after the command name (which ends with ')'): utime is the 14th field overall.
+    // After it: state (field 3, a letter), then numbers; utime and stime are fields 14 and 15,
+    // so the 12th and 13th tokens here (every token counted, the letter too).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = field(11) + field(12);
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }

@@ -78,8 +78,10 @@ pub fn run(
     let service = {
         let (s, done, stop, waker) = (s.clone(), done.clone(), stop.clone(), waker.clone());
         std::thread::spawn(move || {
+            let mut pace = super::Pace::default();
             // Relaxed: plain flags.
             while !done.load(Relaxed) && !stop.load(Relaxed) {
+                pace.settle();
                 // The ports' control descriptors, duplicated: the sleep is outside the lock.
                 let (sleep, fds) = {
                     let mut g = s.lock().unwrap_or_else(|p| p.into_inner());

@@ -572,6 +572,7 @@ pub fn main(a: Args) -> Result<(), String> {
     let started = Instant::now();
     let mut next_stats = started + Duration::from_secs(a.stats_period.max(1));
     let end = a.duration.map(|d| started + Duration::from_secs_f64(d));
+    let mut pace = Pace::default();
     // Relaxed: set by the signal handler; nothing else is published with it.
     while !stop.load(Relaxed) {
         let now = Instant::now();
@@ -586,6 +587,7 @@ pub fn main(a: Args) -> Result<(), String> {
             wake = wake.min(end);
         }
         s.engine.wait_control(wake.saturating_duration_since(now));
+        pace.settle();
         s.engine.service();
         let now = Instant::now();
         if a.duration
@@ -611,6 +613,31 @@ pub fn main(a: Args) -> Result<(), String> {
 const LONGEST_SLEEP: Duration = Duration::from_millis(100);
 /// How often the control loop looks whether `--tx-count` / `--rx-count` are reached.
 const COUNT_CHECK: Duration = Duration::from_millis(5);
+
+/// The shortest time between two services of the ports: a peer that keeps its control socket
+/// readable (a flood of messages or of connections) wakes the control thread at once, and
+/// each service takes a bounded amount of it, so this bounds the CPU such a peer can take from
+/// the lcores sharing it (the 5 ms the control thread used to sleep between services).
+const MIN_SERVICE_GAP: Duration = Duration::from_millis(5);
+
+/// Keeps the services of the ports [`MIN_SERVICE_GAP`] apart.
+#[derive(Default)]
+pub(crate) struct Pace {
+    last: Option<Instant>,
+}
+
+impl Pace {
+    /// Waits until [`MIN_SERVICE_GAP`] has passed since the last call, if it has not.
+    pub(crate) fn settle(&mut self) {
+        if let Some(last) = self.last {
+            let gap = last.elapsed();
+            if gap < MIN_SERVICE_GAP {
+                std::thread::sleep(MIN_SERVICE_GAP - gap);
+            }
+        }
+        self.last = Some(Instant::now());
+    }
+}
 
 /// How long the control thread may sleep before the ports' next control work: as long as the
 /// port in most need allows ([`memnic_fwd::Engine::service_interval`]: a few milliseconds
