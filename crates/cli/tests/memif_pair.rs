@@ -89,10 +89,7 @@ fn poll_client_and_server_copy_and_zero_copy_two_queue_pairs_verified() {
 /// when frames come.
 #[test]
 fn poll_rx_interrupt_sleeps_when_idle_and_wakes_for_traffic() {
-    let sock = format!("/tmp/memnic-irq-{}.sock", std::process::id());
-    let _ = std::fs::remove_file(&sock);
-    let sdev = format!("memif0,role=server,socket={sock}");
-    let cdev = format!("memif0,role=client,socket={sock}");
+    let (sock, sdev, cdev) = common::memif_pair_socket("irq");
     let server = common::spawn(&[
         "testpmd",
         "-l",
@@ -151,10 +148,7 @@ fn poll_rx_interrupt_sleeps_when_idle_and_wakes_for_traffic() {
 /// trips' p99.9). Counted: the main thread's sleeps over 2 s of traffic, on both sides.
 #[test]
 fn poll_connected_control_thread_wakes_seldom() {
-    let sock = format!("/tmp/memnic-wakes-{}.sock", std::process::id());
-    let _ = std::fs::remove_file(&sock);
-    let sdev = format!("memif0,role=server,socket={sock}");
-    let cdev = format!("memif0,role=client,socket={sock}");
+    let (sock, sdev, cdev) = common::memif_pair_socket("wakes");
     let server = common::testpmd(
         0,
         &sdev,
@@ -201,9 +195,7 @@ fn poll_connected_control_thread_wakes_seldom() {
 #[test]
 fn poll_a_connect_flood_does_not_make_the_control_thread_spin() {
     use memnic_shm::unix::{SeqpacketConn, SocketAddrSpec};
-    let sock = format!("/tmp/memnic-flood-{}.sock", std::process::id());
-    let _ = std::fs::remove_file(&sock);
-    let sdev = format!("memif0,role=server,socket={sock}");
+    let (sock, sdev, _) = common::memif_pair_socket("flood");
     let server = common::testpmd(0, &sdev, "rxonly", &["--duration", "6"]);
     common::wait_for_path(&sock, Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(500));

@@ -85,10 +85,7 @@ fn ping_args<'a>(cpu: &'a str, vdev: &'a str, n: &'a str) -> Vec<&'a str> {
 
 #[test]
 fn poll_ping_through_a_memif_reflector_every_frame_back_and_timed() {
-    let sock = format!("/tmp/memnic-ping-{}.sock", std::process::id());
-    let _ = std::fs::remove_file(&sock);
-    let sdev = format!("memif0,role=server,socket={sock}");
-    let cdev = format!("memif0,role=client,socket={sock}");
+    let (sock, sdev, cdev) = common::memif_pair_socket("ping");
     let reflector = common::testpmd(0, &sdev, "macswap", &["--duration", "8", "--json"]);
     common::wait_for_path(&sock, Duration::from_secs(20));
     let n = FRAMES.to_string();

@@ -166,3 +166,13 @@ pub fn assert_one_sentence(out: &Output, what: &str, needle: &str) {
         assert_eq!(lines.len(), 1, "{what}: {err}");
     }
 }
+
+/// A fresh socket path for a memif pair in this test process (`tag` tells the tests apart; a
+/// file left by an earlier run is removed), and the server's and client's vdevs on it.
+pub fn memif_pair_socket(tag: &str) -> (String, String, String) {
+    let sock = format!("/tmp/memnic-{tag}-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&sock);
+    let sdev = format!("memif0,role=server,socket={sock}");
+    let cdev = format!("memif0,role=client,socket={sock}");
+    (sock, sdev, cdev)
+}
