@@ -615,10 +615,11 @@ impl Port for MemifPort {
         self.expire_handshake();
     }
 
-    /// While the port connects, every few milliseconds (each handshake step waits for the
-    /// next `service`); once connected, when the jammed interrupt lines are next looked for
-    /// ([`UNJAM_EVERY`]): the peer's messages (a DISCONNECT, its leaving), another client on
-    /// our socket, a queue's `broken` and a shrunk region wait that long at most.
+    /// While the port connects, every few milliseconds (a client's connect on its helper
+    /// thread and the clients greeted on our socket are looked at then); once connected, when
+    /// the jammed interrupt lines are next looked for ([`UNJAM_EVERY`]): a queue's `broken`
+    /// and a shrunk region wait that long at most. The peer's messages and leaving, and a
+    /// client connecting, wake the control thread at once ([`Port::control_fds`]).
     fn service_interval(&self) -> Option<Duration> {
         Some(match self.phase {
             Phase::Connected(_) => self.next_unjam.saturating_duration_since(Instant::now()),
