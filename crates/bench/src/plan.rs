@@ -54,7 +54,7 @@ pub enum Bench {
         common: Common,
     },
     /// Round trips (latency) through a reflector: our testpmd pings, ours or DPDK's reflects,
-    /// over memif and MEMNIC
+    /// over memif, MEMNIC and vhost-user
     Ping(crate::ping::PingArgs),
     /// vhost-user backends, DPDK's net_vhost beside ours, against DPDK's virtio-user
     Vhost {

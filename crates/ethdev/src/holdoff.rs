@@ -13,7 +13,8 @@
 //! exchange (measured with `testpmd --forward-mode=ping --burst 4` through our memif pair:
 //! round trip 5.8 us at p50 against 1.1 us without holds), so each hold is judged by what
 //! waited after it ([`Holdoff::polled`]: more than the first poll after it could take), and one
-//! that did not pay starts a quiet spell without holds ([`FIRST_QUIET`] to [`LONGEST_QUIET`]). Each driver's default, with its figures:
+//! that did not pay starts a quiet spell without holds ([`FIRST_QUIET`] to [`LONGEST_QUIET`]).
+//! Each driver's default, with its figures:
 //! `memnic_pmd::DEFAULT_RX_HOLDOFF`, `memnic_memif::DEFAULT_RX_HOLDOFF`.
 //!
 //! What the verdict costs a stream: in-process flip on the Intel Xeon host of session 46
