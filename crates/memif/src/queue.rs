@@ -679,9 +679,7 @@ impl MemifTxQueue {
         stats.bytes += bytes;
         match park {
             None => {
-                for m in pkts.drain(..sent) {
-                    cache.free(m);
-                }
+                cache.free_front(pkts, sent);
             }
             Some(park) => {
                 for (m, p) in pkts.drain(..sent).zip(park) {
@@ -755,9 +753,7 @@ impl MemifTxQueue {
             stats.bytes += m.len() as u64;
             sent += 1;
         }
-        for m in pkts.drain(..sent) {
-            cache.free(m);
-        }
+        cache.free_front(pkts, sent);
         if used > 0 {
             *own = win.slot(used);
             // Frames written with streaming stores, before the counter that says they are there.

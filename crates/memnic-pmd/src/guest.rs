@@ -631,9 +631,7 @@ impl GuestTxQueue {
             sent += 1;
         }
         self.idx = idx;
-        for m in pkts.drain(..sent) {
-            self.cache.free(m);
-        }
+        self.cache.free_front(pkts, sent);
         self.stats.packets += sent as u64;
         sent
     }

@@ -646,9 +646,7 @@ impl HostTxQueue {
             self.stats.bytes += len as u64;
             taken += 1;
         }
-        for m in pkts.drain(..taken) {
-            self.cache.free(m);
-        }
+        self.cache.free_front(pkts, taken);
         taken
     }
 }

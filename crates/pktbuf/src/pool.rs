@@ -491,11 +491,39 @@ impl PoolCache {
         }
     }
 
-    /// Frees every packet in `bufs`, leaving it empty.
+    /// Frees every packet in `bufs`, leaving it empty ([`PoolCache::free_front`]).
     #[inline(always)]
     pub fn free_all(&mut self, bufs: &mut Vec<Mbuf>) {
-        for m in bufs.drain(..) {
-            self.free(m);
+        self.free_front(bufs, bufs.len());
+    }
+
+    /// Frees the first `n` packets of `bufs` (all, if it holds fewer) and moves the rest to
+    /// its front, as `bufs.drain(..n)` handed to [`PoolCache::free`] one by one would.
+    ///
+    /// A burst of lone segments of this pool (what a receive or a sent burst nearly always
+    /// is) goes onto the cache in one go: the cache is found once and its length kept in a
+    /// register, where freeing one by one looked the cache up again and stored and reloaded
+    /// its length for every buffer (a dependency through memory each time). In-process flip,
+    /// in one go / one by one, 64 B (B/A p20/p50/p80), the receiver counted (testpmd's rxonly
+    /// frees each burst): MEMNIC host->guest 1.04/1.07/1.14 and 1.04/1.05/1.07, guest->host
+    /// 0.92/1.02/1.07; memif our server <- our client 1.00/1.03/1.04, our client <- our server
+    /// 0.97/1.01/1.03. The sender counted (a tx burst frees what it sent): our vhost backend
+    /// into virtio-user, packed ring 1.03/1.05/1.07, split 1.01/1.03/1.04; our memif client
+    /// into our server 0.97/1.01/1.04.
+    #[inline(always)]
+    pub fn free_front(&mut self, bufs: &mut Vec<Mbuf>, n: usize) {
+        let n = n.min(bufs.len());
+        let home = self.pool.owner.0;
+        if !bufs[..n].iter().all(|m| m.is_single_of(home)) {
+            for m in bufs.drain(..n) {
+                self.free(m);
+            }
+            return;
+        }
+        let (_, objs, size) = self.parts();
+        objs.extend(bufs.drain(..n).map(Mbuf::into_index));
+        if objs.len() >= size * 2 {
+            self.spill();
         }
     }
 

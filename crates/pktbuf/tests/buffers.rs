@@ -156,6 +156,55 @@ fn headroom_tailroom_and_bounds() {
     assert!(m.is_empty());
 }
 
+/// `free_front` frees the burst's first `n` packets and keeps the rest, in order, at the front;
+/// a burst of this pool's lone buffers and one with a foreign buffer or a chain in it end the
+/// same way (every buffer home once), and a cache pushed past twice its size spills.
+#[test]
+fn free_front_frees_the_first_n_and_keeps_the_rest() {
+    let pool = pool(32, false);
+    let mut c = pool.cache_sized(4);
+    let mut v = Vec::new();
+    assert_eq!(c.alloc_up_to(&mut v, 12), 12);
+    let kept: Vec<u32> = v[5..].iter().map(|m| m.index()).collect();
+    c.free_front(&mut v, 5);
+    assert_eq!(v.iter().map(|m| m.index()).collect::<Vec<_>>(), kept);
+    // The burst's allocation left 4 parked (it took 16 for 12); 4 + 5 passed twice the
+    // cache's size, so it spilled back to 4.
+    assert_eq!(c.len(), 4);
+    assert_eq!(pool.shared_free(), 32 - 16 + 5);
+    c.free_front(&mut v, 100);
+    assert!(v.is_empty());
+    assert_eq!(c.len(), 4);
+    c.flush();
+    assert_eq!(pool.shared_free(), 32, "every buffer home once");
+
+    let other = self::pool(4, false);
+    let mut v = Vec::new();
+    assert_eq!(c.alloc_up_to(&mut v, 3), 3);
+    v.insert(1, other.alloc().unwrap());
+    let mut head = c.alloc().unwrap();
+    head.chain(c.alloc().unwrap()).unwrap();
+    v.push(head);
+    let last = c.alloc().unwrap();
+    let last_idx = last.index();
+    v.push(last);
+    c.free_front(&mut v, 5);
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].index(), last_idx);
+    c.free_all(&mut v);
+    c.flush();
+    assert_eq!(
+        pool.shared_free(),
+        32,
+        "a chain's segments and the lone buffers home once"
+    );
+    assert_eq!(
+        other.shared_free(),
+        4,
+        "the foreign buffer went to its own pool"
+    );
+}
+
 #[test]
 fn foreign_buffers_go_home() {
     let a = pool(4, false);

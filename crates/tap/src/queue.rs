@@ -235,9 +235,7 @@ impl TxQueue for TapTxQueue {
             }
             taken += 1;
         }
-        for m in pkts.drain(..taken) {
-            self.cache.free(m);
-        }
+        self.cache.free_front(pkts, taken);
         self.cell.publish(&self.stats);
         taken
     }

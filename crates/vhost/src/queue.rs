@@ -975,9 +975,7 @@ impl TxQueue for VhostTxQueue {
         if let Err(b) = r {
             q.broken(b);
         }
-        for m in pkts.drain(..sent) {
-            q.s.cache.free(m);
-        }
+        q.s.cache.free_front(pkts, sent);
         q.exit();
         sent
     }
