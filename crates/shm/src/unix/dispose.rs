@@ -428,17 +428,8 @@ pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unix::returns_at_once;
     use std::time::Duration;
-
-    /// Runs `close` on another thread: whether it returned within 5 s.
-    fn returns_at_once(close: impl FnOnce() + Send + 'static) -> bool {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            close();
-            tx.send(()).unwrap();
-        });
-        rx.recv_timeout(Duration::from_secs(5)).is_ok()
-    }
 
     /// Reads everything `t`'s peer sent, on a thread of its own: whether the end of the stream
     /// (our end closed) came within `within`.

@@ -137,6 +137,18 @@ fn unique(tag: &str) -> String {
     )
 }
 
+/// Runs `f` on another thread: whether it returned within 5 s (a close, a drop or a receive
+/// that must not block on what a peer does).
+#[cfg(test)]
+fn returns_at_once(f: impl FnOnce() + Send + 'static) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5)).is_ok()
+}
+
 /// Sets socket option `opt` (level SOL_SOCKET) of `fd` to `v`.
 pub(crate) fn set_socket_option<T>(
     fd: BorrowedFd<'_>,

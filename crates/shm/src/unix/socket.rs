@@ -813,6 +813,7 @@ impl From<SeqpacketConn> for OwnedFd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unix::returns_at_once;
     use crate::unix::{poll, unique, EventFd, PollFd};
     use crate::Region;
     use std::time::Duration;
@@ -900,16 +901,6 @@ mod tests {
     /// Every free slot of our descriptor table taken (files of /dev/null), until dropped.
     fn plug_the_table() -> Vec<std::fs::File> {
         std::iter::from_fn(|| std::fs::File::open("/dev/null").ok()).collect()
-    }
-
-    /// Runs `f` on another thread: whether it returned within 5 s.
-    fn returns_at_once(f: impl FnOnce() + Send + 'static) -> bool {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            f();
-            tx.send(()).unwrap();
-        });
-        rx.recv_timeout(Duration::from_secs(5)).is_ok()
     }
 
     /// Whether the caller is the child [`alone`] started: the test's body runs there.
