@@ -34,7 +34,8 @@ use crate::msg::RingDirection;
 use crate::ring::{acquire, publish, Desc, Regions, Ring, RING_FLAG_MASK_INT};
 use crate::window::Window;
 use crate::writer::{
-    prefetch_burst, prefetch_next, write_frame, Ahead, ToDescriptors, ToLayout, STREAM_MAX,
+    prefetch_burst, prefetch_following, prefetch_next, write_frame, Ahead, ToDescriptors, ToLayout,
+    STREAM_MAX,
 };
 
 /// Which end of the connection this port is.
@@ -700,6 +701,10 @@ impl MemifTxQueue {
             // The frames are in their slots: the server may read them.
             publish(ring.head(), head);
             QueueCore::kick(c);
+            // Copy mode: the next burst's first buffers on their way while it is built.
+            if c.zero_copy_region.is_none() && bsize > 0 && *streamed == 0 {
+                prefetch_following(&layout, head, free);
+            }
         }
         stats.packets += sent as u64;
         Ok(sent)
