@@ -190,7 +190,7 @@ pub(crate) fn prefetch_next<'a, D: Dest<'a>>(
 }
 
 /// Slots past a burst whose buffers [`prefetch_following`] asks for: eight.
-pub(crate) const FOLLOWING_SLOTS: u16 = 8;
+const FOLLOWING_SLOTS: u16 = 8;
 
 /// After a burst is published, asks for the first line of the next [`FOLLOWING_SLOTS`] slots'
 /// buffers (from `at`, within the `room` this side knows of) the way `dst` asks ([`Ahead`]),

@@ -345,9 +345,9 @@ pub(crate) fn transmit_single(
 }
 
 /// Slots past a burst whose first lines [`prefetch_following`] asks for: eight.
-pub(crate) const FOLLOWING_SLOTS: usize = 8;
+const FOLLOWING_SLOTS: usize = 8;
 /// The longest mean frame of a burst after which [`prefetch_following`] asks.
-pub(crate) const FOLLOWING_MAX: usize = 128;
+const FOLLOWING_MAX: usize = 128;
 
 /// After a whole burst written with plain stores, asks (PREFETCHW) for the first line of the
 /// next [`FOLLOWING_SLOTS`] slots from `i`, their status and length words: the consumer
