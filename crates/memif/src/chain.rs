@@ -22,7 +22,7 @@ pub(crate) const PREFETCH_FRAMES: u16 = 8;
 
 /// How many slots ahead of the copy their buffers are prefetched in a burst of one-line
 /// frames (as far as its first descriptor says, which the copy reads first anyway), and the
-/// client then asks for one line of each buffer, not four (it does not read a descriptor
+/// client then asks for one line of each buffer, not more (it does not read a descriptor
 /// before the copy: that read would wait on the server's line).
 ///
 /// Every 2-KiB slot's line 0 falls in one of two L1 sets, so lines asked for far ahead fight
@@ -57,6 +57,27 @@ pub(crate) const SHORT_PREFETCH_FRAMES: u16 = 16;
 /// The longest frame [`SHORT_PREFETCH_FRAMES`] takes as one-line.
 const SHORT_FRAME: u32 = 64;
 
+/// The longest frame of which the client's receive asks for [`MID_PREFETCH_LINES`] lines
+/// ahead of its copy; of a longer one (as far as the burst's first descriptor says: the client
+/// reads no descriptor ahead), [`PREFETCH_LINES`], as the server's receive does.
+///
+/// Four lines ahead left the copy of a long frame waiting on the rest, one fetch from the
+/// server's core after another. In-process flip on the Intel Xeon host of session 50 (our
+/// server txonly -> our client rxonly, the client counted, B/A p20/p50/p80), eight lines /
+/// four: 768 B 1.07/1.12/1.15, 1024 B 1.12/1.12/1.13, 1280 B 1.11/1.12/1.13, 1518 B
+/// 1.09/1.10/1.12 (7.07 -> 7.79 Mpps; before the server asked for long frames ahead,
+/// `writer::prefetch_next`: 1.01/1.02/1.03 and 1.03/1.06/1.08), 512 B 0.98/0.99/1.01 and
+/// 0.99/1.02/1.03 (so not up to 512 B); twelve and sixteen lines level with eight at 1024 and
+/// 1518 B (0.98-1.00 at p50); from DPDK's server (which writes without asking) 1518 B
+/// 0.99/1.00/1.01, 1024 B 1.00/1.02/1.02. Two lines at 128 B (the frame's own) against four
+/// were within the noise (our server 0.97/0.99/1.00 in favour of two, DPDK's 1.01/1.02/1.03
+/// in favour of four): left at four.
+pub(crate) const LONG_FRAME: u32 = 512;
+
+/// How many lines of a frame's buffer the client's receive asks for ahead of its copy, for
+/// frames of more than a line up to [`LONG_FRAME`].
+const MID_PREFETCH_LINES: usize = 4;
+
 /// Where the bytes of a slot are, for one kind of receive.
 pub(crate) trait Source {
     /// The peer counter that bounds the window (named in a chain-past-end error).
@@ -66,9 +87,10 @@ pub(crate) trait Source {
     /// otherwise its bytes are copied into buffers of the pool.
     const PARKED: bool = false;
 
-    /// A hint: start fetching the buffer of `slot` (never fails, never faults); `short`: the
-    /// burst's frames are one line long, as far as its first descriptor says.
-    fn prefetch(&self, ring: &Ring, slot: u16, short: bool);
+    /// A hint: start fetching the buffer of `slot` (never fails, never faults): its first
+    /// `lines` lines, as far as the burst's first descriptor says (a source that reads the
+    /// slot's own descriptor may go by that instead).
+    fn prefetch(&self, ring: &Ring, slot: u16, lines: usize);
 
     /// What must hold of `d` before anything is taken for its slot (checked for every slot; a
     /// frame's first before a buffer is allocated for it).
@@ -119,7 +141,13 @@ pub(crate) fn receive<S: Source>(
     // Buffers the peer published are finished: pull the next `ahead` over from its core ahead of
     // the copies, so several transfers overlap (one ahead left the copy waiting on each). Short
     // frames go further ahead (a hint only: the loop reads this descriptor again and checks it).
-    let short = avail > 0 && ring.read_desc(win.slot(0)).length <= SHORT_FRAME;
+    let first_len = if avail > 0 {
+        ring.read_desc(win.slot(0)).length
+    } else {
+        0
+    };
+    let short = first_len <= SHORT_FRAME;
+    let lines = lines_ahead(first_len);
     let ahead = if short {
         SHORT_PREFETCH_FRAMES
     } else {
@@ -127,7 +155,7 @@ pub(crate) fn receive<S: Source>(
     };
     let mut pf_next: u16 = 0;
     while pf_next < avail.min(ahead) {
-        src.prefetch(ring, win.slot(pf_next), short);
+        src.prefetch(ring, win.slot(pf_next), lines);
         pf_next += 1;
     }
     // Copy mode: a buffer for each slot the burst may take (up to `max`), allocated in one go
@@ -147,7 +175,7 @@ pub(crate) fn receive<S: Source>(
         used += 1;
         // Keep `ahead` slots' buffers on their way (one more per slot taken).
         if pf_next < avail {
-            src.prefetch(ring, win.slot(pf_next), short);
+            src.prefetch(ring, win.slot(pf_next), lines);
             pf_next += 1;
         }
         // Copies stop at the longest frame a port takes: a longer one (a descriptor may say
@@ -180,7 +208,7 @@ pub(crate) fn receive<S: Source>(
             let d = ring.read_desc(slot);
             used += 1;
             if pf_next < avail {
-                src.prefetch(ring, win.slot(pf_next), short);
+                src.prefetch(ring, win.slot(pf_next), lines);
                 pf_next += 1;
             }
             if !S::PARKED && pkts.len() > start + frames + 1 {
@@ -219,6 +247,19 @@ pub(crate) fn receive<S: Source>(
     Ok(used)
 }
 
+/// How many lines of each buffer a burst whose first frame is `first_len` bytes long asks
+/// for ahead of its copy (when its source does not read each slot's descriptor).
+#[inline(always)]
+fn lines_ahead(first_len: u32) -> usize {
+    if first_len <= SHORT_FRAME {
+        1
+    } else if first_len > LONG_FRAME {
+        PREFETCH_LINES
+    } else {
+        MID_PREFETCH_LINES
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn chain_past_end(counter: PeerCounter, first: u16, end: u16) -> DataError {
@@ -230,7 +271,8 @@ fn chain_past_end(counter: PeerCounter, first: u16, end: u16) -> DataError {
 }
 
 /// How many of a frame's first lines the server's receive asks for ahead of its copy
-/// ([`prefetch_buffer`], [`PREFETCH_FRAMES`] slots ahead).
+/// ([`prefetch_buffer`], [`PREFETCH_FRAMES`] slots ahead), and the client's for frames longer
+/// than [`LONG_FRAME`].
 ///
 /// Eight (was four, from the AMD host's sittings). A/B in one sitting on the Intel Xeon host of
 /// session 39 (`bench memif --peer both --interleave`, three alternating runs each, Mpps p50,
@@ -287,7 +329,7 @@ impl Source for FromRegions<'_> {
     const END: PeerCounter = PeerCounter::Head;
 
     #[inline(always)]
-    fn prefetch(&self, ring: &Ring, slot: u16, _short: bool) {
+    fn prefetch(&self, ring: &Ring, slot: u16, _lines: usize) {
         // A hint only: an out-of-range offset is ignored. (The descriptor says how many lines.)
         prefetch_buffer(self.regions, ring.read_desc(slot));
     }
@@ -356,9 +398,9 @@ impl Source for FromLayout<'_> {
     const END: PeerCounter = PeerCounter::Tail;
 
     #[inline(always)]
-    fn prefetch(&self, _: &Ring, slot: u16, short: bool) {
+    fn prefetch(&self, _: &Ring, slot: u16, lines: usize) {
         let at = self.offset(slot);
-        for line in 0..if short { 1 } else { 4 } {
+        for line in 0..lines {
             self.region.prefetch(at + line * 64);
         }
     }
@@ -411,7 +453,7 @@ impl Source for FromParked<'_> {
     const PARKED: bool = true;
 
     #[inline(always)]
-    fn prefetch(&self, _: &Ring, _: u16, _: bool) {}
+    fn prefetch(&self, _: &Ring, _: u16, _: usize) {}
 
     #[inline(always)]
     fn parked(&mut self, slot: u16, d: Desc, cache: &mut PoolCache) -> Result<Mbuf, DataError> {
@@ -456,5 +498,19 @@ impl FromParked<'_> {
             return Err(too_long(slot, d.length, capacity));
         }
         Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One line of a one-line frame, four of a frame up to 512 B, eight of a longer one.
+    #[test]
+    fn longer_frames_are_asked_for_further() {
+        let asked: Vec<usize> = [0, 60, 64, 65, 128, 512, 513, 1024, 1518, 9000]
+            .map(lines_ahead)
+            .to_vec();
+        assert_eq!(asked, [1, 1, 1, 4, 4, 4, 8, 8, 8, 8]);
     }
 }

@@ -26,12 +26,12 @@ pub(crate) enum Ahead {
 
 impl Ahead {
     /// The longest frame a server asks for one frame ahead ([`prefetch_next`]): in exclusive
-    /// state up to 512 B, in shared state every frame.
+    /// state every frame, in shared state up to 512 B (see [`prefetch_next`] for both).
     #[inline(always)]
     fn server_next_frame_max(self) -> usize {
         match self {
-            Ahead::Exclusive => 512,
-            Ahead::Shared => usize::MAX,
+            Ahead::Exclusive => usize::MAX,
+            Ahead::Shared => SERVER_SHARED_NEXT_MAX,
         }
     }
 
@@ -150,9 +150,13 @@ pub(crate) fn prefetch_burst<'a>(
 /// [`prefetch_burst`] took care of, up to `dst.next_frame_max()` bytes. Each store of the copy
 /// otherwise waits for its line to come back from the peer's core, one after another.
 ///
-/// The limit differs by role, as measured (in-process flip, ratio with / without, p20/p50/p80,
-/// this AMD EPYC): the server's writes into the client's buffers (S2C) win up to 512 B and
-/// lose above,
+/// The limit differs by role. The client's writes into its own layout (C2S) are asked for at
+/// every size: without them above 512 B, 1024 B 0.67/0.65 and 1518 B 0.73/0.56 at p50 (our
+/// server/DPDK's). The server's into the client's buffers (S2C) are asked for at every size in
+/// exclusive state and up to [`SERVER_SHARED_NEXT_MAX`] in shared state
+/// (`Ahead::server_next_frame_max`). On the AMD EPYC host of the early sessions, asked for in
+/// exclusive state (in-process flip, ratio with / without, p20/p50/p80), they won up to 512 B
+/// and lost above,
 ///
 /// ```text
 ///           our server -> our client      -> DPDK's client
@@ -163,12 +167,19 @@ pub(crate) fn prefetch_burst<'a>(
 /// 1518 B    0.84/0.89/0.96                0.87/0.95/1.03   (8 lines of it: 0.93 and 1.20)
 /// ```
 ///
-/// while the client's into its own layout (C2S) win at every size: without them above 512 B,
-/// 1024 B 0.67/0.65 and 1518 B 0.73/0.56 at p50 (our server/DPDK's). Asked for in shared state
-/// ([`Ahead::Shared`]), the server's win above 512 B too (the Intel Xeon host of session 45,
-/// our server txonly counted, 1518 B, asked ahead / not): into DPDK's client
-/// 1.19/1.20/1.28 (5.18 -> 6.19 Mpps), into ours 0.95/1.04/1.16; in exclusive state there
-/// 0.96/1.00/1.06 and 0.99/1.04/1.08 (the AMD host's loss above stands for that state).
+/// so the server stopped at 512 B in exclusive state and asked for every frame in shared state
+/// (the Intel Xeon host of session 45, 1518 B, asked ahead / not: shared into DPDK's client
+/// 1.19/1.20/1.28, into ours 0.95/1.04/1.16; exclusive 0.96/1.00/1.06 and 0.99/1.04/1.08).
+/// On the Intel Xeon host of session 50 the long frames went the other way: in exclusive state
+/// they won into our client (flip, our server txonly counted, every size / up to 512 B) 768 B
+/// 1.33/1.36/1.47, 1024 B 1.19/1.23/1.24, 1518 B 1.16/1.19/1.21 (6.10 -> 7.23 Mpps), with the
+/// client's eight lines ahead ([`crate::chain::LONG_FRAME`]) 1024 B 1.31/1.33/1.38 and 1518 B
+/// 1.19/1.21/1.23, and were level into DPDK's client (whole 10-s runs alternating, 1518 B,
+/// Mpps of 1-s windows: 5.42-5.80 against 5.05-5.99), while shared asks of 1518-B frames
+/// halved the rate into both (DPDK's client 2.65-3.12 against 5.11-6.20; ours, session 49,
+/// 2.94 and 3.23 against 6.33 and 6.67). So the tuner's two ways are the two that can win on
+/// either host: ownership at every size, a copy up to 512 B (where it won into DPDK's receive
+/// by 1.10-1.18, `memnic_ethdev::ahead`) and nothing beyond.
 #[inline(always)]
 pub(crate) fn prefetch_next<'a, D: Dest<'a>>(
     dst: &D,
@@ -188,6 +199,9 @@ pub(crate) fn prefetch_next<'a, D: Dest<'a>>(
         dst.prefetch_frame(next, m.len());
     }
 }
+
+/// The longest frame a server asks for one frame ahead in shared state ([`prefetch_next`]).
+const SERVER_SHARED_NEXT_MAX: usize = 512;
 
 /// Slots past a burst whose buffers [`prefetch_following`] asks for: eight.
 const FOLLOWING_SLOTS: u16 = 8;
@@ -602,13 +616,13 @@ mod tests {
             [(102, 512)],
             "1518 B is past the server's limit"
         );
-        // The server's limit holds in exclusive state only.
+        // The server's limit holds in shared state only.
         assert_eq!(
             (
                 Ahead::Exclusive.server_next_frame_max(),
                 Ahead::Shared.server_next_frame_max()
             ),
-            (512, usize::MAX)
+            (usize::MAX, 512)
         );
     }
 
