@@ -11,13 +11,15 @@
 //!   lines it read from its peer's buffers; [`stream::StreamTuner`] a transmit queue's choice
 //!   whether to write short frames into its peer's buffers with streaming stores;
 //!   [`ahead::AheadTuner`] a transmit queue's choice whether to ask for its peer's buffer lines
-//!   ahead of its copy in shared state instead of exclusive.
+//!   ahead of its copy in shared state instead of exclusive; [`demote::DemoteTuner`] a transmit
+//!   queue's choice whether to push the short frames it wrote out to the shared cache.
 //! * [`holdoff::Holdoff`]: a receive queue leaves its ring alone a few microseconds after it
 //!   caught up with a streaming sender.
 #![forbid(unsafe_code)]
 
 pub mod abflip;
 pub mod ahead;
+pub mod demote;
 mod devargs;
 pub mod flush;
 pub mod gate;

@@ -29,6 +29,11 @@ pub struct QueueStats {
     pub shared_ahead: u64,
     /// Times the queue's [`AheadTuner`](crate::ahead::AheadTuner) changed its way.
     pub ahead_switches: u64,
+    /// Short frames a tx queue demoted to the shared cache once written
+    /// ([`DemoteTuner`](crate::demote::DemoteTuner)); 0 for queues that never do.
+    pub demoted: u64,
+    /// Times the queue's [`DemoteTuner`](crate::demote::DemoteTuner) changed its way.
+    pub demote_switches: u64,
     /// Holds an rx queue's [`Holdoff`](crate::holdoff::Holdoff) started, and those of them
     /// that did not pay (each starts a quiet spell); 0 for queues that never hold.
     pub holds: u64,
@@ -46,6 +51,8 @@ impl QueueStats {
         self.tuner_switches += o.tuner_switches;
         self.shared_ahead += o.shared_ahead;
         self.ahead_switches += o.ahead_switches;
+        self.demoted += o.demoted;
+        self.demote_switches += o.demote_switches;
         self.holds += o.holds;
         self.holds_unpaid += o.holds_unpaid;
     }
@@ -53,7 +60,7 @@ impl QueueStats {
 
 /// A published snapshot of one queue's counters: written by the polling lcore only, read by
 /// anyone. Two cache lines, so a reader costs the writer at most two line transfers per read
-/// (readers read once a second or so). Eleven counters: 88 bytes.
+/// (readers read once a second or so). Thirteen counters: 104 bytes.
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct StatsCell {
@@ -66,6 +73,8 @@ pub struct StatsCell {
     tuner_switches: AtomicU64,
     shared_ahead: AtomicU64,
     ahead_switches: AtomicU64,
+    demoted: AtomicU64,
+    demote_switches: AtomicU64,
     holds: AtomicU64,
     holds_unpaid: AtomicU64,
 }
@@ -90,6 +99,9 @@ impl StatsCell {
         self.shared_ahead.store(s.shared_ahead, Ordering::Relaxed);
         self.ahead_switches
             .store(s.ahead_switches, Ordering::Relaxed);
+        self.demoted.store(s.demoted, Ordering::Relaxed);
+        self.demote_switches
+            .store(s.demote_switches, Ordering::Relaxed);
         self.holds.store(s.holds, Ordering::Relaxed);
         self.holds_unpaid.store(s.holds_unpaid, Ordering::Relaxed);
     }
@@ -107,6 +119,8 @@ impl StatsCell {
             tuner_switches: self.tuner_switches.load(Ordering::Relaxed),
             shared_ahead: self.shared_ahead.load(Ordering::Relaxed),
             ahead_switches: self.ahead_switches.load(Ordering::Relaxed),
+            demoted: self.demoted.load(Ordering::Relaxed),
+            demote_switches: self.demote_switches.load(Ordering::Relaxed),
             holds: self.holds.load(Ordering::Relaxed),
             holds_unpaid: self.holds_unpaid.load(Ordering::Relaxed),
         }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use memnic_ethdev::ahead::{AheadMode, AheadTuner};
+use memnic_ethdev::demote::{DemoteMode, DemoteTuner};
 use memnic_ethdev::flush::{FlushMode, FlushTuner};
 use memnic_ethdev::gate::{Enter, GateMember};
 use memnic_ethdev::holdoff::Holdoff;
@@ -34,8 +35,8 @@ use crate::msg::RingDirection;
 use crate::ring::{acquire, publish, Desc, Regions, Ring, RING_FLAG_MASK_INT};
 use crate::window::Window;
 use crate::writer::{
-    prefetch_burst, prefetch_following, prefetch_next, write_frame, Ahead, ToDescriptors, ToLayout,
-    STREAM_MAX,
+    prefetch_burst, prefetch_following, prefetch_next, write_frame, Ahead, ShortWrites,
+    ToDescriptors, ToLayout, STREAM_MAX,
 };
 
 /// Which end of the connection this port is.
@@ -290,6 +291,9 @@ pub struct MemifTxQueue {
     /// Whether short frames go into the peer's buffers with streaming stores
     /// (`writer::STREAM_MAX`).
     stream: StreamTuner,
+    /// Whether short frames written with plain stores are demoted to the shared cache
+    /// (`memnic_ethdev::demote::DEMOTE_MAX`).
+    demote: DemoteTuner,
     /// How the write-ahead asks for the peer's buffer lines (`writer::Ahead`).
     ahead: AheadTuner,
 }
@@ -543,10 +547,11 @@ impl RxQueue for MemifRxQueue {
 }
 
 impl MemifTxQueue {
-    pub fn new(core: QueueCore, stream: StreamMode, ahead: AheadMode) -> Self {
+    pub fn new(core: QueueCore, stream: StreamMode, demote: DemoteMode, ahead: AheadMode) -> Self {
         MemifTxQueue {
             core,
             stream: StreamTuner::new(stream),
+            demote: DemoteTuner::new(demote),
             ahead: AheadTuner::new(ahead),
         }
     }
@@ -566,8 +571,7 @@ impl MemifTxQueue {
     fn tx_client(
         q: &mut QueueCore,
         pkts: &mut Vec<Mbuf>,
-        stream_max: usize,
-        streamed: &mut u32,
+        short: &mut ShortWrites,
         ahead: Ahead,
     ) -> Result<usize, DataError> {
         let QueueCore {
@@ -614,7 +618,7 @@ impl MemifTxQueue {
         };
         // Copy mode: the burst's first buffers asked for at once (zero copy writes none).
         let asked = match c.zero_copy_region {
-            None if bsize > 0 => prefetch_burst(&layout, &pkts[..n], head, free, stream_max),
+            None if bsize > 0 => prefetch_burst(&layout, &pkts[..n], head, free, short.stream_max),
             _ => 0,
         };
         while sent < n {
@@ -665,10 +669,9 @@ impl MemifTxQueue {
                     (sent, asked),
                     head.wrapping_add(slots as u16),
                     slots < free as usize,
-                    stream_max,
+                    short.stream_max,
                 );
-                let Some(used) = write_frame(&layout, m, (head, free), stream_max, streamed)?
-                else {
+                let Some(used) = write_frame(&layout, m, (head, free), short)? else {
                     break;
                 };
                 head = head.wrapping_add(used);
@@ -695,14 +698,14 @@ impl MemifTxQueue {
         if head != *own {
             *own = head;
             // Frames written with streaming stores, before the counter that says they are there.
-            if *streamed > 0 {
+            if short.streamed > 0 {
                 memnic_shm::store_fence();
             }
             // The frames are in their slots: the server may read them.
             publish(ring.head(), head);
             QueueCore::kick(c);
             // Copy mode: the next burst's first buffers on their way while it is built.
-            if c.zero_copy_region.is_none() && bsize > 0 && *streamed == 0 {
+            if c.zero_copy_region.is_none() && bsize > 0 && short.streamed == 0 {
                 prefetch_following(&layout, head, free);
             }
         }
@@ -714,8 +717,7 @@ impl MemifTxQueue {
     fn tx_server(
         q: &mut QueueCore,
         pkts: &mut Vec<Mbuf>,
-        stream_max: usize,
-        streamed: &mut u32,
+        short: &mut ShortWrites,
         ahead: Ahead,
     ) -> Result<usize, DataError> {
         let QueueCore {
@@ -737,7 +739,7 @@ impl MemifTxQueue {
         let mut sent = 0;
         let n = pkts.len().min(MAX_BURST);
         // The burst's first buffers asked for at once, later ones a frame ahead.
-        let asked = prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail, stream_max);
+        let asked = prefetch_burst(&dst, &pkts[..n], win.slot(0), win.avail, short.stream_max);
         while sent < n {
             let m = &pkts[sent];
             // (One slot a frame, as far as the hint knows: see `ToDescriptors::extent`.)
@@ -747,11 +749,11 @@ impl MemifTxQueue {
                 (sent, asked),
                 win.slot(used + 1),
                 used + 1 < win.avail,
-                stream_max,
+                short.stream_max,
             );
             // No room for the whole frame: it and the rest stay with the caller.
             let room = (win.slot(used), win.avail - used);
-            let Some(slots) = write_frame(&dst, m, room, stream_max, streamed)? else {
+            let Some(slots) = write_frame(&dst, m, room, short)? else {
                 break;
             };
             used += slots;
@@ -762,7 +764,7 @@ impl MemifTxQueue {
         if used > 0 {
             *own = win.slot(used);
             // Frames written with streaming stores, before the counter that says they are there.
-            if *streamed > 0 {
+            if short.streamed > 0 {
                 memnic_shm::store_fence();
             }
             // The frames are in the client's buffers: it may take them.
@@ -779,31 +781,32 @@ impl TxQueue for MemifTxQueue {
         if !self.core.enter() {
             return 0;
         }
-        let stream_max = if self.stream.on() { STREAM_MAX } else { 0 };
-        let mut streamed = 0;
+        let mut short = ShortWrites {
+            stream_max: if self.stream.on() { STREAM_MAX } else { 0 },
+            demote_max: self.demote.demote_max(),
+            ..Default::default()
+        };
         let ahead = if self.ahead.shared() {
             Ahead::Shared
         } else {
             Ahead::Exclusive
         };
         let res = match self.core.conn.as_ref().map(|c| c.role) {
-            Some(Role::Client) => {
-                Self::tx_client(&mut self.core, pkts, stream_max, &mut streamed, ahead)
-            }
-            Some(Role::Server) => {
-                Self::tx_server(&mut self.core, pkts, stream_max, &mut streamed, ahead)
-            }
+            Some(Role::Client) => Self::tx_client(&mut self.core, pkts, &mut short, ahead),
+            Some(Role::Server) => Self::tx_server(&mut self.core, pkts, &mut short, ahead),
             None => Ok(0),
         };
         let n = res.unwrap_or_else(|e| {
             self.core.protocol_error(e);
             // Nothing of the burst was published.
-            streamed = 0;
+            short = ShortWrites::default();
             0
         });
-        // The tuner judges by what the peer takes: a full ring sends only as it frees slots.
-        self.stream.polled(n as u16, streamed);
+        // The tuners judge by what the peer takes: a full ring sends only as it frees slots.
+        self.stream.polled(n as u16, short.streamed);
         self.stream.record(&mut self.core.stats);
+        self.demote.polled(n as u16, short.demoted);
+        self.demote.record(&mut self.core.stats);
         self.ahead.polled(n as u16);
         self.ahead.record(&mut self.core.stats);
         self.core.exit();

@@ -289,28 +289,45 @@ fn streamed_bytes(m: &Mbuf, stream_max: usize) -> Option<&[u8]> {
         .filter(|s| stream_max > 0 && s.len() <= stream_max)
 }
 
+/// How a burst writes its short frames, as the queue's tuners chose, and how many it wrote
+/// each way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ShortWrites {
+    /// Frames of up to this many bytes go with streaming stores ([`STREAM_MAX`] while the
+    /// queue streams, else 0).
+    pub stream_max: usize,
+    /// Frames of up to this many bytes written with plain stores are demoted to the shared
+    /// cache once written (`memnic_ethdev::demote::DEMOTE_MAX` while the queue demotes, else
+    /// 0).
+    pub demote_max: usize,
+    /// Frames written with streaming stores (the caller fences before it publishes them).
+    pub streamed: u32,
+    /// Frames demoted.
+    pub demoted: u32,
+}
+
 /// Writes `m` into the slots `at, at + 1, …`, using at most `room` of them. Returns how many it
-/// used, or None when `room` is too few (the slots written are not published). Counts in
-/// `streamed` a frame it wrote with streaming stores (up to `stream_max` bytes: [`STREAM_MAX`]
-/// or 0).
+/// used, or None when `room` is too few (the slots written are not published). Writes a frame
+/// of up to `short.stream_max` bytes with streaming stores, demotes one of up to
+/// `short.demote_max` bytes written with plain stores, and counts either in `short`.
 #[inline(always)]
 pub(crate) fn write_frame<'a>(
     dst: &impl Dest<'a>,
     m: &Mbuf,
     (at, room): (u16, u16),
-    stream_max: usize,
-    streamed: &mut u32,
+    short: &mut ShortWrites,
 ) -> Result<Option<u16>, DataError> {
     let len = m.len();
-    if let Some(src) = streamed_bytes(m, stream_max).filter(|_| room > 0) {
+    if let Some(src) = streamed_bytes(m, short.stream_max).filter(|_| room > 0) {
         let buf = dst.buffer(at)?;
         if buf.len() >= len {
             buf.write_streaming(0, src).expect("len <= buffer length");
             dst.finish(at, len as u32, 0);
-            *streamed += 1;
+            short.streamed += 1;
             return Ok(Some(1));
         }
     }
+    let demote = len <= short.demote_max;
     let mut done = 0usize;
     let mut slots: u16 = 0;
     loop {
@@ -323,12 +340,17 @@ pub(crate) fn write_frame<'a>(
         if k == 0 && len > done {
             return Err(no_room(slot, len - done));
         }
-        m.copy_out_to(done, &buf.subslice(0, k).expect("k <= buffer length"));
+        let piece = buf.subslice(0, k).expect("k <= buffer length");
+        m.copy_out_to(done, &piece);
+        if demote {
+            piece.demote_lines();
+        }
         done += k;
         slots += 1;
         let flags = if done < len { DESC_FLAG_NEXT } else { 0 };
         dst.finish(slot, k as u32, flags);
         if flags == 0 {
+            short.demoted += u32::from(demote);
             return Ok(Some(slots));
         }
     }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use memnic_ethdev::ahead::AheadMode;
+use memnic_ethdev::demote::DemoteMode;
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::stream::StreamMode;
 use memnic_ethdev::Port;
@@ -138,15 +139,18 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     let sock = format!("/tmp/memif-test-data-{}.sock", std::process::id());
     let nq = 3u16;
     // The server's rx queues flush every frame they copy, the client's none; the client's tx
-    // queues stream every frame up to 128 B, the server's none, and ask for the lines of the
-    // frames they write ahead in shared state, the server's in exclusive: the counters say so.
+    // queues stream every frame up to 128 B, the server's none, both demote the frames up to
+    // 256 B they write with plain stores, and the client's ask for the lines of the frames they
+    // write ahead in shared state, the server's in exclusive: the counters say so.
     let mut scfg = MemifConfig::new(Role::Server, &sock);
     scfg.rx_flush = FlushMode::On;
     scfg.tx_stream = StreamMode::Off;
+    scfg.tx_demote = DemoteMode::On;
     scfg.tx_ahead_shared = AheadMode::Off;
     let mut ccfg = MemifConfig::new(Role::Client, &sock);
     ccfg.rx_flush = FlushMode::Off;
     ccfg.tx_stream = StreamMode::On;
+    ccfg.tx_demote = DemoteMode::On;
     ccfg.tx_ahead_shared = AheadMode::On;
     let mut server = MemifPort::new("s", scfg).unwrap();
     let mut client = MemifPort::new("c", ccfg).unwrap();
@@ -164,7 +168,7 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
         ));
     }
     let server = connect(server, &mut client);
-    let sizes = [60usize, 64, 1518, 2048, 2049, 4096, 9000];
+    let sizes = [60usize, 64, 200, 1518, 2048, 2049, 4096, 9000];
     const N: u64 = 20_000;
     let mut cache = p.cache();
     let mut next_tx = vec![[0u64; 2]; nq as usize]; // [client->server, server->client]
@@ -210,6 +214,12 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
     assert_eq!(stx.iter().map(|s| s.packets).sum::<u64>(), N * nq as u64);
     assert!(srx.iter().chain(&stx).all(|s| s.errors == 0));
     assert!(srx.iter().all(|s| s.tuned == N), "{srx:?}");
+    let sent = |keep: fn(usize) -> bool| {
+        (0..nq as u64)
+            .flat_map(|q| (0..N).map(move |s| sizes[((s + q) % sizes.len() as u64) as usize]))
+            .filter(|&len| keep(len))
+            .count() as u64
+    };
     assert_eq!(
         server.xstats(),
         vec![
@@ -217,6 +227,8 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
             ("rx_flush_switches", 0),
             ("tx_streamed_packets", 0),
             ("tx_stream_switches", 0),
+            ("tx_demoted_packets", sent(|len| len <= 256)),
+            ("tx_demote_switches", 0),
             ("tx_shared_ahead_packets", 0),
             ("tx_ahead_switches", 0),
             // The harness's ports poll without hold-off.
@@ -224,17 +236,15 @@ fn poll_frames_cross_both_ways_on_every_queue_in_order() {
             ("rx_holdoffs_unpaid", 0)
         ]
     );
-    let short = (0..nq as u64)
-        .flat_map(|q| (0..N).map(move |s| sizes[((s + q) % sizes.len() as u64) as usize]))
-        .filter(|&len| len <= 128)
-        .count() as u64;
     assert_eq!(
         client.xstats(),
         vec![
             ("rx_flushed_packets", 0),
             ("rx_flush_switches", 0),
-            ("tx_streamed_packets", short),
+            ("tx_streamed_packets", sent(|len| len <= 128)),
             ("tx_stream_switches", 0),
+            ("tx_demoted_packets", sent(|len| len > 128 && len <= 256)),
+            ("tx_demote_switches", 0),
             ("tx_shared_ahead_packets", N * nq as u64),
             ("tx_ahead_switches", 0),
             ("rx_holdoffs", 0),

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use memnic_ethdev::ahead::AheadMode;
+use memnic_ethdev::demote::DemoteMode;
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::holdoff;
 use memnic_ethdev::stream::StreamMode;
@@ -25,6 +26,7 @@ pub const DEVARGS_KEYS: &[&str] = &[
     "mac",
     "rx-flush",
     "tx-stream",
+    "tx-demote",
     "tx-ahead-shared",
     "rx-holdoff-ns",
 ];
@@ -87,6 +89,9 @@ pub struct MemifConfig {
     /// Whether tx writes short frames into the peer's buffers with streaming stores
     /// (`tx-stream=auto|on|off`, ours: `writer::STREAM_MAX`).
     pub tx_stream: StreamMode,
+    /// Whether tx demotes the short frames it wrote with plain stores to the shared cache
+    /// (`tx-demote=auto|on|off`, ours: `memnic_ethdev::demote::DEMOTE_MAX`).
+    pub tx_demote: DemoteMode,
     /// Whether tx asks for the peer's buffer lines ahead of its copy in shared state instead
     /// of exclusive (`tx-ahead-shared=auto|on|off`, ours: `writer::Ahead`).
     pub tx_ahead_shared: AheadMode,
@@ -112,6 +117,7 @@ impl MemifConfig {
             handshake_timeout: Duration::from_secs(5),
             rx_flush: FlushMode::Auto,
             tx_stream: StreamMode::Auto,
+            tx_demote: DemoteMode::Auto,
             tx_ahead_shared: AheadMode::Auto,
             rx_holdoff: DEFAULT_RX_HOLDOFF,
         }
@@ -164,6 +170,7 @@ impl MemifConfig {
         }
         c.rx_flush = a.parse_or("rx-flush", FlushMode::Auto)?;
         c.tx_stream = a.parse_or("tx-stream", StreamMode::Auto)?;
+        c.tx_demote = a.parse_or("tx-demote", DemoteMode::Auto)?;
         c.tx_ahead_shared = a.parse_or("tx-ahead-shared", AheadMode::Auto)?;
         c.rx_holdoff = holdoff::from_devargs(a, "rx-holdoff-ns", DEFAULT_RX_HOLDOFF)?;
         Ok(c)
@@ -182,14 +189,26 @@ mod tests {
     fn the_tuned_choices_default_to_auto_and_take_on_or_off() {
         let c = parse("memif0").unwrap();
         assert_eq!(
-            (c.rx_flush, c.tx_stream, c.tx_ahead_shared),
-            (FlushMode::Auto, StreamMode::Auto, AheadMode::Auto)
+            (c.rx_flush, c.tx_stream, c.tx_demote, c.tx_ahead_shared),
+            (
+                FlushMode::Auto,
+                StreamMode::Auto,
+                DemoteMode::Auto,
+                AheadMode::Auto
+            )
         );
-        let c = parse("memif0,rx-flush=on,tx-stream=off,tx-ahead-shared=on").unwrap();
+        let c = parse("memif0,rx-flush=on,tx-stream=off,tx-demote=on,tx-ahead-shared=on").unwrap();
         assert_eq!(
-            (c.rx_flush, c.tx_stream, c.tx_ahead_shared),
-            (FlushMode::On, StreamMode::Off, AheadMode::On)
+            (c.rx_flush, c.tx_stream, c.tx_demote, c.tx_ahead_shared),
+            (
+                FlushMode::On,
+                StreamMode::Off,
+                DemoteMode::On,
+                AheadMode::On
+            )
         );
+        let e = parse("memif0,tx-demote=often").unwrap_err().to_string();
+        assert!(e.contains("'tx-demote'"), "{e}");
         let e = parse("memif0,tx-stream=sometimes").unwrap_err().to_string();
         assert!(e.contains("'tx-stream'"), "{e}");
         let e = parse("memif0,tx-ahead-shared=maybe")

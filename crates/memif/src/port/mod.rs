@@ -556,6 +556,7 @@ impl Port for MemifPort {
         Ok(Box::new(MemifTxQueue::new(
             core,
             self.cfg.tx_stream,
+            self.cfg.tx_demote,
             self.cfg.tx_ahead_shared,
         )))
     }
@@ -568,14 +569,17 @@ impl Port for MemifPort {
     }
 
     /// The receive queues' flushing, the transmit queues' streaming
-    /// ([`memnic_ethdev::tuner::xstats`]), their write-ahead
-    /// ([`memnic_ethdev::ahead::xstats`]) and the receive queues' hold-off
+    /// ([`memnic_ethdev::tuner::xstats`]), their demoting ([`memnic_ethdev::demote::xstats`]),
+    /// their write-ahead ([`memnic_ethdev::ahead::xstats`]) and the receive queues' hold-off
     /// ([`memnic_ethdev::holdoff::xstats`]).
     fn xstats(&self) -> Vec<(&'static str, u64)> {
         let mut x = memnic_ethdev::tuner::xstats(
             self.rx_cells.iter().map(|c| c.snapshot()),
             self.tx_cells.iter().map(|c| c.snapshot()),
         );
+        x.extend(memnic_ethdev::demote::xstats(
+            self.tx_cells.iter().map(|c| c.snapshot()),
+        ));
         x.extend(memnic_ethdev::ahead::xstats(
             self.tx_cells.iter().map(|c| c.snapshot()),
         ));

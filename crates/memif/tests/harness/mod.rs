@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memnic_ethdev::ahead::AheadMode;
+use memnic_ethdev::demote::DemoteMode;
 use memnic_ethdev::flush::FlushMode;
 use memnic_ethdev::gate::Gate;
 use memnic_ethdev::stream::StreamMode;
@@ -143,6 +144,26 @@ struct TxFrame {
 /// The longest frame the tx queue (`StreamMode::On`) writes with streaming stores.
 const STREAM_MAX: usize = 128;
 
+/// How many of a burst's frames the model's tx wrote with streaming stores (counted in the
+/// queue's `tuned`), and how many of those it wrote with plain stores it demoted
+/// (`DemoteMode::On`: up to `DEMOTE_MAX` bytes, counted in `demoted`).
+#[derive(Default)]
+struct Written {
+    streamed: u64,
+    demoted: u64,
+}
+
+impl Written {
+    /// Counts a frame of `len` bytes the model wrote (copied, not parked).
+    fn count(&mut self, streamed: bool, len: usize) {
+        if streamed {
+            self.streamed += 1;
+        } else if len <= memnic_ethdev::demote::DEMOTE_MAX {
+            self.demoted += 1;
+        }
+    }
+}
+
 pub struct Harness {
     pub kind: Kind,
     log2: u8,
@@ -198,9 +219,15 @@ impl Harness {
         };
         // Polled as the tests drive it: no hold-off.
         let rx = MemifRxQueue::new(core(&rx_slot), FlushMode::On, Duration::ZERO);
-        // Short frames streamed, as before the choice was tuned (long ones test plain stores);
-        // lines asked for ahead in exclusive state, as before that choice was.
-        let tx = MemifTxQueue::new(core(&tx_slot), StreamMode::On, AheadMode::Off);
+        // Short frames streamed, as before the choice was tuned (long ones test plain stores),
+        // and up to 256 B demoted once written; lines asked for ahead in exclusive state, as
+        // before that choice was.
+        let tx = MemifTxQueue::new(
+            core(&tx_slot),
+            StreamMode::On,
+            DemoteMode::On,
+            AheadMode::Off,
+        );
         let mut h = Harness {
             kind,
             log2,
@@ -521,18 +548,18 @@ impl Harness {
     }
 
     /// tx, as the spec says it goes. Returns the frames sent, the bytes counted, and how many
-    /// of the frames sent were streamed (none when the burst broke the protocol).
-    fn model_tx(&mut self, mem: &mut Mem, frames: &[TxFrame]) -> (Expect<usize>, u64, u64) {
+    /// of the frames sent were streamed and demoted (none when the burst broke the protocol).
+    fn model_tx(&mut self, mem: &mut Mem, frames: &[TxFrame]) -> (Expect<usize>, u64, Written) {
         if self.m.tx_dead {
-            return (Ok(0), 0, 0);
+            return (Ok(0), 0, Written::default());
         }
         let ring = self.tx_ring_off();
         let size = self.size;
         let mut bytes = 0u64;
         let mut sent = 0;
-        let mut streamed = 0;
+        let mut written = Written::default();
         let streams = |f: &TxFrame, room: u32| {
-            u64::from(f.one_seg && f.bytes.len() <= STREAM_MAX && f.bytes.len() <= room as usize)
+            f.one_seg && f.bytes.len() <= STREAM_MAX && f.bytes.len() <= room as usize
         };
         if self.is_client() {
             let (own, seen) = (self.m.tx_own, self.m.tx_seen);
@@ -552,7 +579,7 @@ impl Harness {
             if self.kind == Kind::ClientZeroCopy {
                 match read_tail(&mut self.m, mem) {
                     Ok(tail) => free = size - own.wrapping_sub(tail),
-                    Err(e) => return (Err(e), 0, 0),
+                    Err(e) => return (Err(e), 0, Written::default()),
                 }
                 tail_read = true;
             }
@@ -577,14 +604,14 @@ impl Harness {
                     if slots > free as usize && !tail_read {
                         match read_tail(&mut self.m, mem) {
                             Ok(tail) => free = size - head.wrapping_sub(tail),
-                            Err(e) => return (Err(e), 0, 0),
+                            Err(e) => return (Err(e), 0, Written::default()),
                         }
                         tail_read = true;
                     }
                     if slots > free as usize {
                         break;
                     }
-                    streamed += streams(f, self.bsize);
+                    written.count(streams(f, self.bsize), f.bytes.len());
                     for k in 0..slots {
                         let off = self.base(ring) + (head & self.mask) as usize * b;
                         let chunk =
@@ -614,11 +641,12 @@ impl Harness {
             let head = mem.u16(ring + HEAD);
             let avail = head.wrapping_sub(own);
             if avail > size {
-                return (Err("Ring head out of range"), 0, 0);
+                return (Err("Ring head out of range"), 0, Written::default());
             }
             let mut used: u16 = 0;
             'frames: for f in frames.iter().take(MAX_BURST) {
                 let len = f.bytes.len();
+                let mut streamed = false;
                 let (mut done, mut slots) = (0usize, 0u16);
                 loop {
                     if used + slots == avail {
@@ -628,13 +656,17 @@ impl Harness {
                     let d = mem.desc(ring, self.mask, slot);
                     let k = (len - done).min(d.length as usize);
                     let Some(dst) = mem.range(d) else {
-                        return (Err("Descriptor outside its region"), bytes, 0);
+                        return (
+                            Err("Descriptor outside its region"),
+                            bytes,
+                            Written::default(),
+                        );
                     };
                     if k == 0 && len > done {
-                        return (Err("Descriptor with no room"), bytes, 0);
+                        return (Err("Descriptor with no room"), bytes, Written::default());
                     }
                     if slots == 0 {
-                        streamed += streams(f, d.length);
+                        streamed = streams(f, d.length);
                     }
                     dst[..k].copy_from_slice(&f.bytes[done..done + k]);
                     done += k;
@@ -647,6 +679,7 @@ impl Harness {
                     mem.r0[o + 4..o + 8].copy_from_slice(&dd.length.to_le_bytes());
                     mem.r0[o..o + 2].copy_from_slice(&dd.flags.to_le_bytes());
                     if done == len {
+                        written.count(streamed, len);
                         break;
                     }
                 }
@@ -659,7 +692,7 @@ impl Harness {
                 mem.set_u16(ring + TAIL, self.m.tx_own);
             }
         }
-        (Ok(sent), bytes, streamed)
+        (Ok(sent), bytes, written)
     }
 
     // ---- bursts, checked against the model ---------------------------------------------------
@@ -815,7 +848,7 @@ impl Harness {
             })
             .collect();
         let mut mem = self.snapshot();
-        let (expect, bytes, streamed) = self.model_tx(&mut mem, &frames);
+        let (expect, bytes, written) = self.model_tx(&mut mem, &frames);
         let before = pkts.len();
         let n = self.tx.tx_burst(&mut pkts);
         assert_eq!(before - pkts.len(), n, "tx removes what it sent");
@@ -824,7 +857,8 @@ impl Harness {
             Ok(sent) => {
                 assert_eq!(n, sent, "tx: frames sent");
                 self.m.tx_stats.packets += sent as u64;
-                self.m.tx_stats.tuned += streamed;
+                self.m.tx_stats.tuned += written.streamed;
+                self.m.tx_stats.demoted += written.demoted;
                 self.frames_tx += sent as u64;
                 self.check_broken(None, "tx");
             }

@@ -1,0 +1,135 @@
+//! Whether a transmit queue pushes the short frames it wrote with plain stores out of its
+//! core's caches to the cache the cores share, decided by trying both ways while traffic runs
+//! ([`DemoteTuner`]).
+//!
+//! A frame written with plain stores sits in the writer's core until the peer reads it, and
+//! that read fetches each line from the writer's core. After a CLDEMOTE
+//! (`memnic_shm::VolatileSlice::demote_lines`) the read finds the line in the shared cache
+//! instead. A receive that waits on each line in turn (DPDK's memif receive, which does not
+//! prefetch) gains; one that asks for its buffers far ahead (ours) gains nothing and the
+//! writer pays for each demoted line: on the Intel Xeon host of session 50 (CLDEMOTE, 2
+//! vCPUs; in-process flip of 250-ms windows, the sender counted, demoted / plain p20/p50/p80)
+//!
+//! ```text
+//!                                      64 B            128 B           256 B
+//!   our server -> DPDK's client (S2C)  1.14/1.17/1.20  1.14/1.16/1.21  1.03/1.05/1.07
+//!   our client -> DPDK's server (C2S)  1.16/1.17/1.19  1.25/1.27/1.29  1.13/1.34/1.37
+//!   our server -> our client           0.96/1.00/1.02  0.94/0.96/0.98  0.56/0.57/0.58
+//!   our client -> our server           0.83/0.85/0.86  0.86/0.87/0.90  0.64/0.65/0.66
+//! ```
+//!
+//! and at 512 and 1518 B it lost into either (0.43-0.77 at p50). So each queue tries both ways
+//! for frames up to [`DEMOTE_MAX`] ([`crate::tuner::Tuner`]; at first: no demote). Where the
+//! CPU has no CLDEMOTE both ways are the same, and the queue keeps the way it has.
+
+use std::time::Duration;
+
+use crate::tuner::{Mode, Trials, Tuner};
+use crate::QueueStats;
+
+/// What a transmit queue does about demoting (memif's `tx-demote` devarg).
+pub type DemoteMode = Mode;
+
+/// The longest frame a transmit queue demotes while its tuner says so.
+pub const DEMOTE_MAX: usize = 256;
+
+/// How demoting is tried: a 1-ms window the other way between two of the queue's own every
+/// 64 ms, as streaming is tried, but in the middle of the stream tuner's cycle (its trial
+/// ends each cycle), and after a lost trial the cycle doubles up to 512 ms: into a receive
+/// that gains nothing, a window of demoted 256-B frames moves 0.57 of the frames.
+pub const DEMOTE_TRIALS: Trials = Trials {
+    cycle: Duration::from_millis(64),
+    longest_cycle: Duration::from_millis(512),
+    window: Duration::from_millis(1),
+    votes: 1,
+    offset: Duration::from_millis(29),
+};
+
+/// One tx queue's choice whether to demote its short frames, and the frames it demoted.
+#[derive(Debug)]
+pub struct DemoteTuner {
+    tuner: Tuner,
+    demoted: u64,
+}
+
+impl Default for DemoteTuner {
+    fn default() -> Self {
+        DemoteTuner::new(DemoteMode::Auto)
+    }
+}
+
+impl DemoteTuner {
+    pub fn new(mode: DemoteMode) -> DemoteTuner {
+        DemoteTuner {
+            tuner: Tuner::with_trials(mode, DEMOTE_TRIALS),
+            demoted: 0,
+        }
+    }
+
+    /// The longest frame this burst demotes: [`DEMOTE_MAX`] while the tuner says so, else 0.
+    #[inline(always)]
+    pub fn demote_max(&self) -> usize {
+        if self.tuner.on() {
+            DEMOTE_MAX
+        } else {
+            0
+        }
+    }
+
+    /// Counts a burst (empty ones too) that sent `frames`, `demoted` of them demoted.
+    #[inline(always)]
+    pub fn polled(&mut self, frames: u16, demoted: u32) {
+        self.demoted += u64::from(demoted);
+        self.tuner.polled(frames);
+    }
+
+    /// Puts the tuner's statistics into the queue's counters (`demoted`, `demote_switches`).
+    #[inline(always)]
+    pub fn record(&self, stats: &mut QueueStats) {
+        stats.demoted = self.demoted;
+        stats.demote_switches = self.tuner.switches();
+    }
+}
+
+/// A port's extended counters for its transmit queues' demoting, summed over `tx` (each
+/// queue's counters): frames demoted, and changes of way.
+pub fn xstats(tx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
+    let (demoted, switches) = crate::tuner::sums(tx, |q| (q.demoted, q.demote_switches));
+    [
+        ("tx_demoted_packets", demoted),
+        ("tx_demote_switches", switches),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_what_was_demoted_and_sums_the_queues() {
+        for (mode, max) in [(DemoteMode::On, DEMOTE_MAX), (DemoteMode::Off, 0)] {
+            let mut t = DemoteTuner::new(mode);
+            assert_eq!(t.demote_max(), max);
+            t.polled(32, 20);
+            t.polled(0, 0);
+            t.polled(32, 12);
+            let mut stats = QueueStats::default();
+            t.record(&mut stats);
+            assert_eq!((stats.demoted, stats.demote_switches), (32, 0), "{mode}");
+            let other = QueueStats {
+                demoted: 8,
+                demote_switches: 3,
+                ..Default::default()
+            };
+            assert_eq!(
+                xstats([stats, other]),
+                [("tx_demoted_packets", 40), ("tx_demote_switches", 3)]
+            );
+        }
+        assert_eq!(
+            DemoteTuner::default().demote_max(),
+            0,
+            "auto starts without"
+        );
+    }
+}
