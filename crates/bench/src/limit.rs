@@ -16,9 +16,16 @@
 //!   sitting (in-process flip of 250-ms windows, ratio with/without p20/p50/p80): two copies
 //!   512 B 1.63/1.70/1.78 and 1.62/1.70/1.80, 1518 B 0.98/1.05/1.16 (fast state) and
 //!   1.07/1.43/1.67 (slow state 1.8 -> 2.9 Mpps); 64 B 0.90/0.97/1.01 and 0.92/0.99/1.04,
-//!   so not for one line; one copy 1518 B level (1.00). The consumer asking for the next
-//!   slot's lines was level (two copies 512 B 1.02, 1518 B 1.03) and lost with one copy
-//!   (1518 B 0.68): it does not.
+//!   so not for one line; one copy 1518 B level (1.00).
+//! * With two copies the consumer asks for the slots ahead of its copy as our memif receive
+//!   asks for its buffers ([`Ahead`]: one line sixteen slots ahead up to 64 B, four lines eight
+//!   ahead up to 512 B, eight lines beyond), within what the producer published. Asking for
+//!   the next slot only was level (512 B 1.02, 1518 B 1.03); once our memif client asked for
+//!   eight lines of long frames (session 50) our S2C pair ran past the probe at 1518 B (8.72
+//!   against 8.24 Mpps). Whole runs alternating, three each, Mpps without / with: 64 B 61.4,
+//!   60.0, 59.8 / 57.7, 62.7, 60.0; 512 B 22.9, 23.8, 22.0 / 23.5, 23.8, 24.0; 1518 B 9.9,
+//!   8.2, 8.7 / 9.8, 9.6, 9.6. With one copy it does not: asking for the next slot lost there
+//!   (1518 B 0.68).
 //! * With two copies, frames of up to 128 B go into their slots with streaming stores and one
 //!   store fence before the index while a `StreamTuner` finds that this moves more frames, as
 //!   our memif tx writes them (`STREAM_MAX` there, with its A/B): a ceiling has to use what
@@ -170,14 +177,19 @@ fn probe<T>(
     let slot = SLOT.max(size.next_multiple_of(LINE));
     // One copy: the producer writes the frame's first line only (its headers).
     let written = if copies >= 2 { size } else { size.min(LINE) };
-    // One copy models virtio-user's header writes, which are plain stores.
-    let streamable = copies >= 2 && written <= STREAM_MAX;
+    let frame = Frame {
+        size,
+        written,
+        // One copy models virtio-user's header writes, which are plain stores.
+        streamable: copies >= 2 && written <= STREAM_MAX,
+        ahead: (copies >= 2).then(|| Ahead::for_size(size)),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Vec<Arc<AtomicU64>> = cpus.iter().map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut rings = Vec::new();
     let mut started = Ok(());
     for (&pair, count) in cpus.iter().zip(&counts) {
-        match start_ring(pair, shape, slot, written, streamable, size, &stop, count) {
+        match start_ring(pair, shape, slot, frame, &stop, count) {
             Ok(r) => rings.push(r),
             Err(e) => {
                 started = Err(e);
@@ -204,15 +216,53 @@ fn probe<T>(
     measured
 }
 
+/// What the probe moves: frames of `size` bytes, of which the producer writes `written`
+/// (with streaming stores while they are `streamable` and its tuner finds that this pays);
+/// the consumer asks for the slots ahead of its copy as `ahead` says.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    size: usize,
+    written: usize,
+    streamable: bool,
+    ahead: Option<Ahead>,
+}
+
+/// How many of each slot's first lines the consumer asks for ahead of its copy, how many
+/// slots ahead, as our memif receive asks for its buffers (`memnic_memif`'s `chain.rs`:
+/// `SHORT_PREFETCH_FRAMES`, `PREFETCH_FRAMES`, `LONG_FRAME`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ahead {
+    lines: usize,
+    slots: u64,
+}
+
+impl Ahead {
+    fn for_size(size: usize) -> Ahead {
+        match size {
+            ..=64 => Ahead {
+                lines: 1,
+                slots: 16,
+            },
+            65..=512 => Ahead { lines: 4, slots: 8 },
+            _ => Ahead { lines: 8, slots: 8 },
+        }
+    }
+
+    /// Asks for the lines of the slot the ring's `at`th frame goes in (slots of `slot` bytes).
+    fn ask(self, ring: &Region, slot: usize, at: u64) {
+        let base = DATA + (at as usize % SLOTS) * slot;
+        for line in 0..self.lines {
+            ring.prefetch(base + line * LINE);
+        }
+    }
+}
+
 /// Starts one ring: its producer pinned to `cpus.1`, its consumer to `cpus.0`.
-#[allow(clippy::too_many_arguments)]
 fn start_ring(
     cpus: (usize, usize),
     shape: Shape,
     slot: usize,
-    written: usize,
-    streamable: bool,
-    size: usize,
+    frame: Frame,
     stop: &Arc<AtomicBool>,
     count: &Arc<AtomicU64>,
 ) -> Result<Ring, String> {
@@ -229,8 +279,8 @@ fn start_ring(
             .spawn(move || -> Result<(), String> {
                 memnic_shm::cpu::pin_current_thread(cpus.1).map_err(|e| e.to_string())?;
                 match shape {
-                    Shape::Indices => produce(&ring, slot, &stop, written, streamable),
-                    Shape::MemnicSlots => produce_slots(&ring, &stop, written),
+                    Shape::Indices => produce(&ring, slot, &stop, frame.written, frame.streamable),
+                    Shape::MemnicSlots => produce_slots(&ring, &stop, frame.written),
                 }
                 Ok(())
             })
@@ -243,8 +293,8 @@ fn start_ring(
             .spawn(move || -> Result<(u64, u64), String> {
                 memnic_shm::cpu::pin_current_thread(cpus.0).map_err(|e| e.to_string())?;
                 Ok(match shape {
-                    Shape::Indices => consume(&ring, slot, &stop, &count, size, written),
-                    Shape::MemnicSlots => consume_slots(&ring, &stop, &count, size),
+                    Shape::Indices => consume(&ring, slot, &stop, &count, frame),
+                    Shape::MemnicSlots => consume_slots(&ring, &stop, &count, frame.size),
                 })
             })
             .map_err(|e| format!("cannot start the limit probe's consumer: {e}"))
@@ -323,9 +373,14 @@ fn consume(
     slot: usize,
     stop: &AtomicBool,
     count: &AtomicU64,
-    size: usize,
-    written: usize,
+    frame: Frame,
 ) -> (u64, u64) {
+    let Frame {
+        size,
+        written,
+        ahead,
+        ..
+    } = frame;
     let mut buf = vec![0u8; slot];
     let (mut head, mut tail) = (0u64, 0u64);
     let mut sum = 0u64;
@@ -342,7 +397,17 @@ fn consume(
         }
         let n = (head - tail).min(BURST as u64);
         let flush = tuner.flush();
+        // The first slots ahead at once, then one more per frame copied: only slots the
+        // producer has published (asking for one it still writes would take its lines).
+        if let Some(a) = ahead {
+            for k in 0..a.slots.min(head - tail) {
+                a.ask(ring, slot, tail + k);
+            }
+        }
         for i in 0..n {
+            if let Some(a) = ahead.filter(|a| tail + i + a.slots < head) {
+                a.ask(ring, slot, tail + i + a.slots);
+            }
             let at = DATA + ((tail + i) as usize % SLOTS) * slot;
             ring.read_bytes(at, &mut buf[..size])
                 .expect("slots lie inside the ring");
