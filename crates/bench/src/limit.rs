@@ -18,7 +18,7 @@
 //!   1.07/1.43/1.67 (slow state 1.8 -> 2.9 Mpps); 64 B 0.90/0.97/1.01 and 0.92/0.99/1.04,
 //!   so not for one line; one copy 1518 B level (1.00).
 //! * With two copies the consumer asks for the slots ahead of its copy as our memif receive
-//!   asks for its buffers ([`Ahead`]: one line sixteen slots ahead up to 64 B, four lines eight
+//!   asks for its buffers (`Ahead`: one line sixteen slots ahead up to 64 B, four lines eight
 //!   ahead up to 512 B, eight lines beyond), within what the producer published. Asking for
 //!   the next slot only was level (512 B 1.02, 1518 B 1.03); once our memif client asked for
 //!   eight lines of long frames (session 50) our S2C pair ran past the probe at 1518 B (8.72
