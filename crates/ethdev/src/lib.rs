@@ -12,7 +12,8 @@
 //!   whether to write short frames into its peer's buffers with streaming stores;
 //!   [`ahead::AheadTuner`] a transmit queue's choice whether to ask for its peer's buffer lines
 //!   ahead of its copy in shared state instead of exclusive; [`demote::DemoteTuner`] a transmit
-//!   queue's choice whether to push the short frames it wrote out to the shared cache.
+//!   queue's choice whether to push the first lines of the frames it wrote out to the shared
+//!   cache.
 //! * [`holdoff::Holdoff`]: a receive queue leaves its ring alone a few microseconds after it
 //!   caught up with a streaming sender.
 #![forbid(unsafe_code)]

@@ -292,7 +292,7 @@ pub struct MemifTxQueue {
     /// (`writer::STREAM_MAX`).
     stream: StreamTuner,
     /// Whether short frames written with plain stores are demoted to the shared cache
-    /// (`memnic_ethdev::demote::DEMOTE_MAX`).
+    /// (`memnic_ethdev::demote::DEMOTE_BYTES`).
     demote: DemoteTuner,
     /// How the write-ahead asks for the peer's buffer lines (`writer::Ahead`).
     ahead: AheadTuner,
@@ -783,7 +783,7 @@ impl TxQueue for MemifTxQueue {
         }
         let mut short = ShortWrites {
             stream_max: if self.stream.on() { STREAM_MAX } else { 0 },
-            demote_max: self.demote.demote_max(),
+            demote_bytes: self.demote.demote_bytes(),
             ..Default::default()
         };
         let ahead = if self.ahead.shared() {

@@ -296,20 +296,20 @@ pub(crate) struct ShortWrites {
     /// Frames of up to this many bytes go with streaming stores ([`STREAM_MAX`] while the
     /// queue streams, else 0).
     pub stream_max: usize,
-    /// Frames of up to this many bytes written with plain stores are demoted to the shared
-    /// cache once written (`memnic_ethdev::demote::DEMOTE_MAX` while the queue demotes, else
-    /// 0).
-    pub demote_max: usize,
+    /// The first this many bytes of each frame written with plain stores are demoted to the
+    /// shared cache once written (`memnic_ethdev::demote::DEMOTE_BYTES` while the queue
+    /// demotes, else 0).
+    pub demote_bytes: usize,
     /// Frames written with streaming stores (the caller fences before it publishes them).
     pub streamed: u32,
-    /// Frames demoted.
+    /// Frames demoted (their first `demote_bytes`).
     pub demoted: u32,
 }
 
 /// Writes `m` into the slots `at, at + 1, …`, using at most `room` of them. Returns how many it
 /// used, or None when `room` is too few (the slots written are not published). Writes a frame
-/// of up to `short.stream_max` bytes with streaming stores, demotes one of up to
-/// `short.demote_max` bytes written with plain stores, and counts either in `short`.
+/// of up to `short.stream_max` bytes with streaming stores, demotes the first
+/// `short.demote_bytes` of one written with plain stores, and counts either in `short`.
 #[inline(always)]
 pub(crate) fn write_frame<'a>(
     dst: &impl Dest<'a>,
@@ -327,7 +327,6 @@ pub(crate) fn write_frame<'a>(
             return Ok(Some(1));
         }
     }
-    let demote = len <= short.demote_max;
     let mut done = 0usize;
     let mut slots: u16 = 0;
     loop {
@@ -342,15 +341,16 @@ pub(crate) fn write_frame<'a>(
         }
         let piece = buf.subslice(0, k).expect("k <= buffer length");
         m.copy_out_to(done, &piece);
-        if demote {
-            piece.demote_lines();
+        if done < short.demote_bytes {
+            let first = k.min(short.demote_bytes - done);
+            piece.subslice(0, first).expect("first <= k").demote_lines();
         }
         done += k;
         slots += 1;
         let flags = if done < len { DESC_FLAG_NEXT } else { 0 };
         dst.finish(slot, k as u32, flags);
         if flags == 0 {
-            short.demoted += u32::from(demote);
+            short.demoted += u32::from(short.demote_bytes > 0);
             return Ok(Some(slots));
         }
     }

@@ -89,8 +89,8 @@ pub struct MemifConfig {
     /// Whether tx writes short frames into the peer's buffers with streaming stores
     /// (`tx-stream=auto|on|off`, ours: `writer::STREAM_MAX`).
     pub tx_stream: StreamMode,
-    /// Whether tx demotes the short frames it wrote with plain stores to the shared cache
-    /// (`tx-demote=auto|on|off`, ours: `memnic_ethdev::demote::DEMOTE_MAX`).
+    /// Whether tx demotes the first lines of the frames it wrote with plain stores to the
+    /// shared cache (`tx-demote=auto|on|off`, ours: `memnic_ethdev::demote::DEMOTE_BYTES`).
     pub tx_demote: DemoteMode,
     /// Whether tx asks for the peer's buffer lines ahead of its copy in shared state instead
     /// of exclusive (`tx-ahead-shared=auto|on|off`, ours: `writer::Ahead`).

@@ -146,7 +146,7 @@ const STREAM_MAX: usize = 128;
 
 /// How many of a burst's frames the model's tx wrote with streaming stores (counted in the
 /// queue's `tuned`), and how many of those it wrote with plain stores it demoted
-/// (`DemoteMode::On`: up to `DEMOTE_MAX` bytes, counted in `demoted`).
+/// (`DemoteMode::On`: every one, its first `DEMOTE_BYTES`, counted in `demoted`).
 #[derive(Default)]
 struct Written {
     streamed: u64,
@@ -154,11 +154,11 @@ struct Written {
 }
 
 impl Written {
-    /// Counts a frame of `len` bytes the model wrote (copied, not parked).
-    fn count(&mut self, streamed: bool, len: usize) {
+    /// Counts a frame the model wrote (copied, not parked).
+    fn count(&mut self, streamed: bool) {
         if streamed {
             self.streamed += 1;
-        } else if len <= memnic_ethdev::demote::DEMOTE_MAX {
+        } else {
             self.demoted += 1;
         }
     }
@@ -611,7 +611,7 @@ impl Harness {
                     if slots > free as usize {
                         break;
                     }
-                    written.count(streams(f, self.bsize), f.bytes.len());
+                    written.count(streams(f, self.bsize));
                     for k in 0..slots {
                         let off = self.base(ring) + (head & self.mask) as usize * b;
                         let chunk =
@@ -679,7 +679,7 @@ impl Harness {
                     mem.r0[o + 4..o + 8].copy_from_slice(&dd.length.to_le_bytes());
                     mem.r0[o..o + 2].copy_from_slice(&dd.flags.to_le_bytes());
                     if done == len {
-                        written.count(streamed, len);
+                        written.count(streamed);
                         break;
                     }
                 }
