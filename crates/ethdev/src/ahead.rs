@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use crate::tuner::{Mode, Trials, Tuner};
+use crate::tuner::{Counted, Mode, Trials, Tuner};
 use crate::QueueStats;
 
 /// What a transmit queue does about asking in shared state (memif's `tx-ahead-shared`
@@ -54,10 +54,7 @@ pub const AHEAD_TRIALS: Trials = Trials {
 /// One tx queue's choice how to ask for its peer's buffer lines ahead, and the frames whose
 /// lines it asked for in shared state.
 #[derive(Debug)]
-pub struct AheadTuner {
-    tuner: Tuner,
-    shared: u64,
-}
+pub struct AheadTuner(Counted);
 
 impl Default for AheadTuner {
     fn default() -> Self {
@@ -67,45 +64,38 @@ impl Default for AheadTuner {
 
 impl AheadTuner {
     pub fn new(mode: AheadMode) -> AheadTuner {
-        AheadTuner {
-            tuner: Tuner::with_trials(mode, AHEAD_TRIALS),
-            shared: 0,
-        }
+        AheadTuner(Counted::new(Tuner::with_trials(mode, AHEAD_TRIALS)))
     }
 
     /// Whether this burst asks for its lines in shared state.
     #[inline(always)]
     pub fn shared(&self) -> bool {
-        self.tuner.on()
+        self.0.on()
     }
 
     /// Counts a burst (empty ones too) that sent `frames`, asked for in shared state if
     /// [`AheadTuner::shared`] said so when it began.
     #[inline(always)]
     pub fn polled(&mut self, frames: u16) {
-        if self.tuner.on() {
-            self.shared += u64::from(frames);
-        }
-        self.tuner.polled(frames);
+        self.0.polled_all(frames);
     }
 
     /// Puts the tuner's statistics into the queue's counters (`shared_ahead`,
     /// `ahead_switches`).
     #[inline(always)]
     pub fn record(&self, stats: &mut QueueStats) {
-        stats.shared_ahead = self.shared;
-        stats.ahead_switches = self.tuner.switches();
+        (stats.shared_ahead, stats.ahead_switches) = self.0.counts();
     }
 }
 
 /// A port's extended counters for its transmit queues' write-ahead, summed over `tx` (each
 /// queue's counters): frames whose lines were asked for in shared state, and changes of way.
 pub fn xstats(tx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (shared, switches) = crate::tuner::sums(tx, |q| (q.shared_ahead, q.ahead_switches));
-    [
-        ("tx_shared_ahead_packets", shared),
-        ("tx_ahead_switches", switches),
-    ]
+    crate::tuner::xstats_pair(
+        tx,
+        |q| (q.shared_ahead, q.ahead_switches),
+        ["tx_shared_ahead_packets", "tx_ahead_switches"],
+    )
 }
 
 #[cfg(test)]

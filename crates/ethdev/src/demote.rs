@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use crate::tuner::{Mode, Trials, Tuner};
+use crate::tuner::{Counted, Mode, Trials, Tuner};
 use crate::QueueStats;
 
 /// What a transmit queue does about demoting (memif's `tx-demote` devarg).
@@ -57,10 +57,7 @@ pub const DEMOTE_TRIALS: Trials = Trials {
 
 /// One tx queue's choice whether to demote its frames' first lines, and the frames it demoted.
 #[derive(Debug)]
-pub struct DemoteTuner {
-    tuner: Tuner,
-    demoted: u64,
-}
+pub struct DemoteTuner(Counted);
 
 impl Default for DemoteTuner {
     fn default() -> Self {
@@ -70,17 +67,14 @@ impl Default for DemoteTuner {
 
 impl DemoteTuner {
     pub fn new(mode: DemoteMode) -> DemoteTuner {
-        DemoteTuner {
-            tuner: Tuner::with_trials(mode, DEMOTE_TRIALS),
-            demoted: 0,
-        }
+        DemoteTuner(Counted::new(Tuner::with_trials(mode, DEMOTE_TRIALS)))
     }
 
     /// How many of each frame's first bytes this burst demotes: [`DEMOTE_BYTES`] while the
     /// tuner says so, else 0.
     #[inline(always)]
     pub fn demote_bytes(&self) -> usize {
-        if self.tuner.on() {
+        if self.0.on() {
             DEMOTE_BYTES
         } else {
             0
@@ -90,26 +84,24 @@ impl DemoteTuner {
     /// Counts a burst (empty ones too) that sent `frames`, `demoted` of them demoted.
     #[inline(always)]
     pub fn polled(&mut self, frames: u16, demoted: u32) {
-        self.demoted += u64::from(demoted);
-        self.tuner.polled(frames);
+        self.0.polled(frames, demoted);
     }
 
     /// Puts the tuner's statistics into the queue's counters (`demoted`, `demote_switches`).
     #[inline(always)]
     pub fn record(&self, stats: &mut QueueStats) {
-        stats.demoted = self.demoted;
-        stats.demote_switches = self.tuner.switches();
+        (stats.demoted, stats.demote_switches) = self.0.counts();
     }
 }
 
 /// A port's extended counters for its transmit queues' demoting, summed over `tx` (each
 /// queue's counters): frames demoted, and changes of way.
 pub fn xstats(tx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (demoted, switches) = crate::tuner::sums(tx, |q| (q.demoted, q.demote_switches));
-    [
-        ("tx_demoted_packets", demoted),
-        ("tx_demote_switches", switches),
-    ]
+    crate::tuner::xstats_pair(
+        tx,
+        |q| (q.demoted, q.demote_switches),
+        ["tx_demoted_packets", "tx_demote_switches"],
+    )
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! ([`crate::tuner::Tuner`]). A peer whose buffers are not written again soon shows no
 //! difference, and the queue keeps the way it has (at first: no flush).
 
-use crate::tuner::{Mode, Tuner};
+use crate::tuner::{Counted, Mode, Tuner};
 use crate::QueueStats;
 
 /// What a receive queue does about flushing (the drivers' `rx_flush`/`rx-flush` devarg).
@@ -23,56 +23,42 @@ pub type FlushMode = Mode;
 
 /// One rx queue's choice whether to flush, and the frames it flushed.
 #[derive(Debug, Default)]
-pub struct FlushTuner {
-    tuner: Tuner,
-    flushed: u64,
-}
+pub struct FlushTuner(Counted);
 
 impl FlushTuner {
     pub fn new(mode: FlushMode) -> FlushTuner {
-        FlushTuner {
-            tuner: Tuner::new(mode),
-            flushed: 0,
-        }
+        FlushTuner(Counted::new(Tuner::new(mode)))
     }
 
     /// Whether this poll's frames are flushed once copied.
     #[inline(always)]
     pub fn flush(&self) -> bool {
-        self.tuner.on()
+        self.0.on()
     }
 
-    /// How many times the queue changed its way.
-    pub fn switches(&self) -> u64 {
-        self.tuner.switches()
-    }
-
-    /// Puts the tuner's statistics into the queue's counters (`tuned`: the frames flushed; `tuner_switches`).
+    /// Puts the tuner's statistics into the queue's counters (`tuned`: the frames flushed;
+    /// `tuner_switches`).
     #[inline(always)]
     pub fn record(&self, stats: &mut QueueStats) {
-        stats.tuned = self.flushed;
-        stats.tuner_switches = self.tuner.switches();
+        (stats.tuned, stats.tuner_switches) = self.0.counts();
     }
 
     /// Counts a poll (empty ones too) and the `frames` it took, which were flushed if
     /// [`FlushTuner::flush`] said so when it began.
     #[inline(always)]
     pub fn polled(&mut self, frames: u16) {
-        if self.tuner.on() {
-            self.flushed += u64::from(frames);
-        }
-        self.tuner.polled(frames);
+        self.0.polled_all(frames);
     }
 }
 
 /// A port's extended counters for its receive queues' flushing, summed over `rx` (each
 /// queue's counters): frames flushed, and changes of way.
 pub fn xstats(rx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (flushed, switches) = crate::tuner::sums(rx, |q| (q.tuned, q.tuner_switches));
-    [
-        ("rx_flushed_packets", flushed),
-        ("rx_flush_switches", switches),
-    ]
+    crate::tuner::xstats_pair(
+        rx,
+        |q| (q.tuned, q.tuner_switches),
+        ["rx_flushed_packets", "rx_flush_switches"],
+    )
 }
 
 #[cfg(test)]

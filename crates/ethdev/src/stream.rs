@@ -13,7 +13,7 @@
 //! measures what its peer takes: once the ring is full it sends only as fast as the peer
 //! frees slots.
 
-use crate::tuner::{Mode, Tuner};
+use crate::tuner::{Counted, Mode, Tuner};
 use crate::QueueStats;
 
 /// What a transmit queue does about streaming (the drivers' `tx-stream` devarg).
@@ -21,50 +21,42 @@ pub type StreamMode = Mode;
 
 /// One tx queue's choice whether to stream its short frames, and the frames it streamed.
 #[derive(Debug, Default)]
-pub struct StreamTuner {
-    tuner: Tuner,
-    streamed: u64,
-}
+pub struct StreamTuner(Counted);
 
 impl StreamTuner {
     pub fn new(mode: StreamMode) -> StreamTuner {
-        StreamTuner {
-            tuner: Tuner::new(mode),
-            streamed: 0,
-        }
+        StreamTuner(Counted::new(Tuner::new(mode)))
     }
 
     /// Whether this burst writes its short frames with streaming stores.
     #[inline(always)]
     pub fn on(&self) -> bool {
-        self.tuner.on()
+        self.0.on()
     }
 
     /// Counts a burst (empty ones too) that sent `frames`, `streamed` of them with streaming
     /// stores.
     #[inline(always)]
     pub fn polled(&mut self, frames: u16, streamed: u32) {
-        self.streamed += u64::from(streamed);
-        self.tuner.polled(frames);
+        self.0.polled(frames, streamed);
     }
 
     /// Puts the tuner's statistics into the queue's counters (`tuned`: the frames streamed;
     /// `tuner_switches`).
     #[inline(always)]
     pub fn record(&self, stats: &mut QueueStats) {
-        stats.tuned = self.streamed;
-        stats.tuner_switches = self.tuner.switches();
+        (stats.tuned, stats.tuner_switches) = self.0.counts();
     }
 }
 
 /// A port's extended counters for its transmit queues' streaming, summed over `tx` (each
 /// queue's counters): frames streamed, and changes of way.
 pub fn xstats(tx: impl IntoIterator<Item = QueueStats>) -> [(&'static str, u64); 2] {
-    let (streamed, switches) = crate::tuner::sums(tx, |q| (q.tuned, q.tuner_switches));
-    [
-        ("tx_streamed_packets", streamed),
-        ("tx_stream_switches", switches),
-    ]
+    crate::tuner::xstats_pair(
+        tx,
+        |q| (q.tuned, q.tuner_switches),
+        ["tx_streamed_packets", "tx_stream_switches"],
+    )
 }
 
 #[cfg(test)]

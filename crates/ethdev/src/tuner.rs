@@ -244,6 +244,59 @@ impl Tuner {
     }
 }
 
+/// A [`Tuner`] and the frames a queue moved its other way: what each tuned choice of a queue
+/// keeps for its two extended counters (the choice's own module says what "the other way" is
+/// and names the counters).
+#[derive(Debug, Default)]
+pub struct Counted {
+    tuner: Tuner,
+    frames: u64,
+}
+
+impl Counted {
+    pub fn new(tuner: Tuner) -> Counted {
+        Counted { tuner, frames: 0 }
+    }
+
+    /// Whether this poll goes the other way.
+    #[inline(always)]
+    pub fn on(&self) -> bool {
+        self.tuner.on()
+    }
+
+    /// Counts a poll (empty ones too) that moved `frames`, `counted` of them the other way.
+    #[inline(always)]
+    pub fn polled(&mut self, frames: u16, counted: u32) {
+        self.frames += u64::from(counted);
+        self.tuner.polled(frames);
+    }
+
+    /// Counts a poll (empty ones too) whose `frames` all went the other way if the tuner
+    /// said so when it began.
+    #[inline(always)]
+    pub fn polled_all(&mut self, frames: u16) {
+        let counted = if self.tuner.on() { frames } else { 0 };
+        self.polled(frames, u32::from(counted));
+    }
+
+    /// The frames moved the other way, and the times the queue changed its way.
+    #[inline(always)]
+    pub fn counts(&self) -> (u64, u64) {
+        (self.frames, self.tuner.switches())
+    }
+}
+
+/// A port's two extended counters for one tuned choice, `names`: the queues' `counters` (its
+/// frames moved the other way, its switches), each summed.
+pub(crate) fn xstats_pair(
+    queues: impl IntoIterator<Item = crate::QueueStats>,
+    counters: impl Fn(&crate::QueueStats) -> (u64, u64),
+    names: [&'static str; 2],
+) -> [(&'static str, u64); 2] {
+    let (frames, switches) = sums(queues, counters);
+    [(names[0], frames), (names[1], switches)]
+}
+
 /// The queues' `counters` for one tuned choice (its frames moved the other way, its
 /// switches), each summed: what a port's extended counters for that choice report.
 pub(crate) fn sums(
