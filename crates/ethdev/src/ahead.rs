@@ -49,6 +49,7 @@ pub const AHEAD_TRIALS: Trials = Trials {
     window: Duration::from_millis(32),
     votes: 2,
     offset: Duration::from_millis(400),
+    margin: crate::tuner::MARGIN,
 };
 
 /// One tx queue's choice how to ask for its peer's buffer lines ahead, and the frames whose

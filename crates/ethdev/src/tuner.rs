@@ -54,7 +54,7 @@ pub const CYCLE: Duration = Duration::from_millis(64);
 /// keeps the current way). At 5 Mpps a window counts 5,000 frames.
 pub const WINDOW: Duration = Duration::from_millis(1);
 /// How much more the other way must move (over the mean of the windows around its own) to
-/// be taken.
+/// be taken, unless a choice's trials say otherwise ([`Trials::margin`]).
 pub const MARGIN: f64 = 0.05;
 /// A trial whose window moved fewer frames than this says nothing (a quiet ring: neither
 /// way matters).
@@ -67,7 +67,7 @@ const CHECK_EVERY: u32 = 16;
 /// differ by less than their noise wants longer windows and several wins in a row
 /// ([`Trials::votes`]), and a second tuner of the same queue its trials away from the
 /// first's ([`Trials::offset`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Trials {
     /// How often the queue tries the other way, at first and after a trial it won.
     pub cycle: Duration,
@@ -80,6 +80,9 @@ pub struct Trials {
     pub votes: u32,
     /// How far into each cycle (from the queue's first poll) the trial starts.
     pub offset: Duration,
+    /// How much more the other way must move than the mean of the windows around it for the
+    /// trial to win ([`MARGIN`] unless the choice's module says why not).
+    pub margin: f64,
 }
 
 impl Trials {
@@ -90,6 +93,7 @@ impl Trials {
         window: WINDOW,
         votes: 1,
         offset: CYCLE.saturating_sub(WINDOW.saturating_mul(3)),
+        margin: MARGIN,
     };
 }
 
@@ -222,9 +226,13 @@ impl Tuner {
             }
             Phase::After => {
                 let own = (self.before + rate) / 2.0;
-                // NaN (a quiet window) compares false: the way stays, and the run of wins
-                // ends.
-                if enough && self.trial > own * (1.0 + MARGIN) {
+                // A trial with a quiet window in it (NaN: too few frames, or a pause in the
+                // traffic, as a stopped forwarding loop or a testpmd between its `start`s
+                // makes) measured nothing: it neither wins nor loses, and the run of wins and
+                // the cycle stay as they were.
+                let measured = enough && own.is_finite() && self.trial.is_finite();
+                if !measured {
+                } else if self.trial > own * (1.0 + self.trials.margin) {
                     self.wins += 1;
                     self.cycle = self.trials.cycle;
                 } else {
@@ -371,6 +379,7 @@ mod tests {
                 window: Duration::from_millis(10),
                 votes: 2,
                 offset: Duration::from_millis(40),
+                margin: MARGIN,
             },
         )
     }
@@ -441,6 +450,42 @@ mod tests {
         let starts = trial_starts(&mut t, 200, 350);
         assert_eq!(starts, [200, 300]);
         assert_eq!(t.switches(), 1);
+    }
+
+    /// A trial a pause in the traffic cut through (a testpmd stopped between its `start`s)
+    /// measured nothing: the win before it still counts towards the votes, and the cycle does
+    /// not stretch.
+    #[test]
+    fn a_paused_trial_keeps_the_run_of_wins_and_the_cycle() {
+        let mut t = two_votes(Duration::from_millis(400));
+        let mut now = Instant::now();
+        t.tick(now);
+        // 1-ms steps, 100 frames a ms its own way and 200 the other; `pause` (if any) comes
+        // once, as the step that opens the trial's window after `wins` trials have won.
+        let mut trial_starts = Vec::new();
+        let mut paused = false;
+        for ms in 1..=400u64 {
+            let before = t.phase;
+            t.frames += if before == Phase::Trial { 200 } else { 100 };
+            if before == Phase::Trial && t.wins == 1 && !paused {
+                // The loop stops for 50 ms in the middle of the second trial.
+                paused = true;
+                now += Duration::from_millis(50);
+            }
+            now += Duration::from_millis(1);
+            t.tick(now);
+            if t.phase == Phase::Trial && before != Phase::Trial {
+                trial_starts.push(ms);
+            }
+        }
+        assert!(paused);
+        // First trial at 50 (won), second at 150 (paused: nothing), the third a 100-ms cycle
+        // after the paused one's windows (a stretched cycle would put it 200 ms on), won: two
+        // wins, the switch.
+        assert_eq!(t.switches(), 1, "trials at {trial_starts:?}");
+        assert!(t.on());
+        assert_eq!(trial_starts[..2], [50, 150]);
+        assert!(trial_starts[2] - trial_starts[1] < 150, "{trial_starts:?}");
     }
 
     #[test]
