@@ -207,7 +207,7 @@ fn poll_placement_follows_testpmd_rules_on_a_two_node_topology() {
 #[test]
 fn poll_interactive_prompt_from_piped_input() {
     let shm = ShmName::new("prompt");
-    let script = "show config fwd\nstart\nshow port stats all\nset fwd rxonly\nstop\nset fwd rxonly\nset fwd bogus\nclear port stats all\nstart tx_first\nstop\nquit\n";
+    let script = "show config fwd\nstart\nshow port stats all\nset fwd rxonly\nstop\nset fwd rxonly\nset fwd bogus\nclear port stats all\nstart tx_first\nstop\nshow port xstats all\nshow port xstats 0\nshow port xstats 7\nquit\n";
     let p = common::spawn_with_stdin(
         &[
             "testpmd",
@@ -238,10 +238,19 @@ fn poll_interactive_prompt_from_piped_input() {
         "unknown forwarding mode 'bogus'",
         "NIC statistics cleared for all ports",
         "rxonly packet forwarding - ports=1",
+        "NIC extended statistics for port 0",
+        "\ntx_streamed_packets: ",
+        "Invalid port 7",
         "Bye...",
     ] {
         assert!(text.contains(needle), "missing '{needle}' in:\n{text}");
     }
+    // `show port xstats all`, then of port 0: each prints the port's counters once.
+    assert_eq!(
+        text.matches("NIC extended statistics for port 0").count(),
+        2,
+        "{text}"
+    );
     // `start` says which streams each lcore forwards, as `show config fwd` does (it once read
     // them after the lcores had taken them: "on 0 streams").
     let started = text.find("Please stop forwarding first").unwrap();

@@ -235,6 +235,16 @@ const NIC_BORDER: &str = "########################";
 const FWD_BORDER: &str = "----------------------";
 const ACC_BORDER: &str = "+++++++++++++++";
 
+/// `show port xstats` (testpmd's `nic_xstats_display`): the driver's extended counters, a
+/// `name: value` line each (zeros too), cumulative since the port was opened.
+pub fn nic_xstats(p: &PortReport) -> String {
+    let mut s = format!("###### NIC extended statistics for port {:<2}\n", p.port);
+    for (name, value) in &p.xstats {
+        let _ = writeln!(s, "{name}: {value}");
+    }
+    s
+}
+
 /// `show port stats` (testpmd's `nic_stats_display`).
 pub fn nic_stats(p: &PortReport) -> String {
     let mut s = String::new();

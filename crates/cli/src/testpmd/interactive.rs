@@ -11,8 +11,8 @@ use memnic_shm::unix::EventFd;
 use super::{config_fwd, finish_prompt, Session};
 
 const HELP: &str =
-    "commands: start | start tx_first | stop | show port stats all | clear port stats all | \
-show config fwd | set fwd MODE | help | quit";
+    "commands: start | start tx_first | stop | show port stats all | show port xstats all|N | \
+clear port stats all | show config fwd | set fwd MODE | help | quit";
 
 /// One prompt command; returns false to quit.
 fn command(s: &mut Session, line: &str) -> bool {
@@ -43,6 +43,25 @@ fn command(s: &mut Session, line: &str) -> bool {
         ["show", "port", "stats", "all"] => {
             for p in s.meter.ports(&s.engine) {
                 say(s, &report::nic_stats(&p));
+            }
+        }
+        ["show", "port", "xstats", which] => {
+            let ports = s.meter.ports(&s.engine);
+            let chosen: Vec<_> = match *which {
+                "all" => ports.iter().collect(),
+                n => match n.parse::<u16>() {
+                    Ok(id) => ports.iter().filter(|p| p.port == id).collect(),
+                    Err(_) => {
+                        say(s, &format!("Bad arguments: '{line}'. {HELP}"));
+                        return true;
+                    }
+                },
+            };
+            if chosen.is_empty() {
+                say(s, &format!("Invalid port {which}"));
+            }
+            for p in chosen {
+                say(s, &report::nic_xstats(p));
             }
         }
         ["clear", "port", "stats", "all"] => {
