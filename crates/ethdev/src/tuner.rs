@@ -59,6 +59,10 @@ pub const MARGIN: f64 = 0.05;
 /// A trial whose window moved fewer frames than this says nothing (a quiet ring: neither
 /// way matters).
 pub const MIN_FRAMES: u64 = 500;
+/// A gap this long between two looks at the clock is a pause in the traffic (a forwarding
+/// loop stopped: testpmd between its `stop` and its next `start`), not polling, which looks
+/// every [`CHECK_EVERY`] polls, microseconds apart; an idle ring is still polled.
+pub const PAUSE: Duration = Duration::from_millis(50);
 /// Polls between two looks at the clock (an idle poll costs tens of ns, a clock read ~25).
 const CHECK_EVERY: u32 = 16;
 
@@ -122,6 +126,8 @@ pub struct Tuner {
     on: bool,
     phase: Phase,
     since: Option<Instant>,
+    /// The last look at the clock (see [`PAUSE`]).
+    last_tick: Option<Instant>,
     frames: u64,
     polls: u32,
     /// Frames per second of the window before the trial, and of the trial.
@@ -151,6 +157,7 @@ impl Tuner {
             on: mode == Mode::On,
             phase: Phase::Steady,
             since: None,
+            last_tick: None,
             frames: 0,
             polls: 0,
             before: 0.0,
@@ -185,18 +192,41 @@ impl Tuner {
         }
     }
 
+    /// When the steady part that starts at `now` (the first poll, or the first after a pause)
+    /// would have begun for the trial to open at the offset: its clock starts that much
+    /// earlier.
+    fn steady_from(&self, now: Instant) -> Instant {
+        let back = (self.cycle).saturating_sub(self.trials.offset + self.trials.window * 3);
+        now.checked_sub(back).unwrap_or(now)
+    }
+
     /// Moves the trial on when its phase is over at `now`.
     #[inline(never)]
     pub fn tick(&mut self, now: Instant) {
         let Some(since) = self.since else {
-            // The first steady part ends where the offset puts the trial: its clock starts
-            // that much earlier.
-            let back =
-                (self.trials.cycle).saturating_sub(self.trials.offset + self.trials.window * 3);
-            self.since = Some(now.checked_sub(back).unwrap_or(now));
+            self.since = Some(self.steady_from(now));
             self.frames = 0;
             return;
         };
+        let paused = self
+            .last_tick
+            .is_some_and(|last| now.saturating_duration_since(last) > PAUSE);
+        self.last_tick = Some(now);
+        if paused {
+            // Traffic stopped and started again: the cycle starts over as at the first poll,
+            // its trial at the offset, once the rings have settled (the first windows after a
+            // restart measure the sender filling the ring or the receiver catching up, and a
+            // trial among them won or lost by that), and away from the trials of the queue's
+            // other tuners, which restart with it. What the pause cut short says nothing: the
+            // run of wins and the cycle stay as they were.
+            if self.phase == Phase::Trial {
+                self.on = !self.on;
+            }
+            self.phase = Phase::Steady;
+            self.since = Some(self.steady_from(now));
+            self.frames = 0;
+            return;
+        }
         let took = now.saturating_duration_since(since);
         let window = self.trials.window;
         let length = match self.phase {
@@ -450,6 +480,39 @@ mod tests {
         let starts = trial_starts(&mut t, 200, 350);
         assert_eq!(starts, [200, 300]);
         assert_eq!(t.switches(), 1);
+    }
+
+    /// After a pause in the traffic (a testpmd's `stop`, then `start`) the next trial comes at
+    /// its offset after the restart, as after the first poll: not with the first poll (the
+    /// windows right after a restart measure the ring filling, not the way), nor at the same
+    /// time for every tuner of the queue.
+    #[test]
+    fn after_a_pause_the_trial_waits_for_the_traffic_to_settle() {
+        let mut t = two_votes(Duration::from_millis(400));
+        let mut now = Instant::now();
+        t.tick(now);
+        let mut step = |t: &mut Tuner, gap: Duration| {
+            let before = t.phase;
+            t.frames += if before == Phase::Trial { 200 } else { 100 };
+            now += gap;
+            t.tick(now);
+            t.phase == Phase::Trial && before != Phase::Trial
+        };
+        // The first trial (at 50 ms) wins; the forwarding loop stops 70 ms in, for a second.
+        for _ in 0..70 {
+            step(&mut t, Duration::from_millis(1));
+        }
+        assert_eq!((t.wins, t.phase), (1, Phase::Steady));
+        step(&mut t, Duration::from_secs(1));
+        let opened = (1..=200)
+            .find(|_| step(&mut t, Duration::from_millis(1)))
+            .expect("a trial after the restart");
+        // The offset (40 ms) and the window before the trial, as at the first poll.
+        assert_eq!(opened, 50);
+        for _ in 0..20 {
+            step(&mut t, Duration::from_millis(1));
+        }
+        assert_eq!((t.switches(), t.on()), (1, true), "the second win in a row");
     }
 
     /// A trial a pause in the traffic cut through (a testpmd stopped between its `start`s)
