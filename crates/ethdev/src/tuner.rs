@@ -515,25 +515,24 @@ mod tests {
         assert_eq!((t.switches(), t.on()), (1, true), "the second win in a row");
     }
 
-    /// A trial a pause in the traffic cut through (a testpmd stopped between its `start`s)
-    /// measured nothing: the win before it still counts towards the votes, and the cycle does
-    /// not stretch.
+    /// A trial whose window a stall cut through (shorter than a [`PAUSE`], longer than two
+    /// windows) measured nothing: the win before it still counts towards the votes, and the
+    /// cycle does not stretch.
     #[test]
-    fn a_paused_trial_keeps_the_run_of_wins_and_the_cycle() {
+    fn a_stalled_trial_keeps_the_run_of_wins_and_the_cycle() {
         let mut t = two_votes(Duration::from_millis(400));
         let mut now = Instant::now();
         t.tick(now);
-        // 1-ms steps, 100 frames a ms its own way and 200 the other; `pause` (if any) comes
-        // once, as the step that opens the trial's window after `wins` trials have won.
+        // 1-ms steps, 100 frames a ms its own way and 200 the other.
         let mut trial_starts = Vec::new();
         let mut paused = false;
         for ms in 1..=400u64 {
             let before = t.phase;
             t.frames += if before == Phase::Trial { 200 } else { 100 };
             if before == Phase::Trial && t.wins == 1 && !paused {
-                // The loop stops for 50 ms in the middle of the second trial.
+                // The loop stalls for 30 ms in the middle of the second trial.
                 paused = true;
-                now += Duration::from_millis(50);
+                now += Duration::from_millis(30);
             }
             now += Duration::from_millis(1);
             t.tick(now);
@@ -542,9 +541,8 @@ mod tests {
             }
         }
         assert!(paused);
-        // First trial at 50 (won), second at 150 (paused: nothing), the third a 100-ms cycle
-        // after the paused one's windows (a stretched cycle would put it 200 ms on), won: two
-        // wins, the switch.
+        // First trial at 50 (won), second at 150 (stalled: nothing), the third a 100-ms cycle
+        // on (a stretched cycle would put it 200 ms on), won: two wins, the switch.
         assert_eq!(t.switches(), 1, "trials at {trial_starts:?}");
         assert!(t.on());
         assert_eq!(trial_starts[..2], [50, 150]);
