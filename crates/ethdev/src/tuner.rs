@@ -256,18 +256,19 @@ impl Tuner {
             }
             Phase::After => {
                 let own = (self.before + rate) / 2.0;
-                // A trial with a quiet window in it (NaN: too few frames, or a pause in the
-                // traffic, as a stopped forwarding loop or a testpmd between its `start`s
-                // makes) measured nothing: it neither wins nor loses, and the run of wins and
-                // the cycle stay as they were.
+                // A trial with a quiet window in it (NaN: too few frames, or a stall of the
+                // loop longer than two windows; a longer pause restarts the cycle above)
+                // measured nothing: it neither wins nor loses, and the run of wins and the
+                // cycle stay as they were.
                 let measured = enough && own.is_finite() && self.trial.is_finite();
-                if !measured {
-                } else if self.trial > own * (1.0 + self.trials.margin) {
-                    self.wins += 1;
-                    self.cycle = self.trials.cycle;
-                } else {
-                    self.wins = 0;
-                    self.cycle = (self.cycle * 2).min(self.trials.longest_cycle);
+                if measured {
+                    if self.trial > own * (1.0 + self.trials.margin) {
+                        self.wins += 1;
+                        self.cycle = self.trials.cycle;
+                    } else {
+                        self.wins = 0;
+                        self.cycle = (self.cycle * 2).min(self.trials.longest_cycle);
+                    }
                 }
                 if self.wins >= self.trials.votes {
                     self.on = !self.on;
